@@ -1,0 +1,332 @@
+"""Worker groups as Docker containers: N labelled containers per worker key.
+
+The engine is the only state: containers carry the labels `osrdyne.pool`, `osrdyne.key`,
+`osrdyne.worker-id`, `osrdyne.index` and `osrdyne.version`, so a controller that restarts
+adopts the containers it finds, and so does a standby taking over. Containers are named by
+`drivers.names.object_name` (a readable prefix and a hash of the exact key). The version label
+is a hash of everything that shapes a container (image, command, environment, mounts, limits,
+...): a group whose version is not the current one is replaced container by container (stop
+and remove one, create its successor, next), on `start` and whenever `list` sees it. The
+request queue is never touched, so requests wait there during a replacement.
+
+The Docker SDK is blocking and imported lazily: this module (and its settings model) can be
+imported without it; every SDK call runs in a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, Literal
+
+import pydantic
+from pydantic import Field
+
+from drivers import base, names
+
+if TYPE_CHECKING:
+    import docker as docker_sdk
+
+logger = logging.getLogger(__name__)
+
+LABEL_POOL = "osrdyne.pool"
+LABEL_KEY = "osrdyne.key"
+LABEL_WORKER_ID = "osrdyne.worker-id"
+LABEL_INDEX = "osrdyne.index"
+LABEL_VERSION = "osrdyne.version"
+
+#: Containers as the engine's list API describes them (dicts with Id, Labels, State, ...).
+_Containers = list[dict[str, Any]]
+
+_GONE_STATES = frozenset({"dead", "removing"})
+_STOPPED_STATES = frozenset({"created", "exited"})
+
+
+class VolumeMount(pydantic.BaseModel):
+    """A bind mount into every worker container."""
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    source: str = Field(description="Path on the Docker host (or a named volume).")
+    target: str = Field(description="Path inside the container.")
+    read_only: bool = Field(default=False, description="Mount read-only.")
+
+
+class DockerSettings(pydantic.BaseModel):
+    """Settings of the docker driver (`[driver.docker]` in the controller's configuration)."""
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    base_url: str | None = Field(
+        default=None,
+        description="Docker engine URL, e.g. unix:///run/docker.sock or tcp://host:2375. "
+        "None: DOCKER_HOST (and DOCKER_TLS_VERIFY/DOCKER_CERT_PATH) from the environment, "
+        "else the standard socket unix:///var/run/docker.sock.",
+    )
+    api_version: str = Field(
+        default="auto", description="Docker API version to speak; 'auto' asks the engine."
+    )
+    timeout: float = Field(default=60.0, gt=0, description="Seconds per engine API call.")
+    image: str = Field(default="osrdyne-worker:latest", description="Worker image.")
+    pull: Literal["never", "missing"] = Field(
+        default="missing",
+        description="Pull the image when the engine does not have it ('missing') or fail.",
+    )
+    command: list[str] | None = Field(
+        default=None, description="Command (argv) of the workers; None: the image's CMD."
+    )
+    entrypoint: list[str] | None = Field(
+        default=None, description="Entrypoint override; None: the image's ENTRYPOINT."
+    )
+    workers: int = Field(default=1, ge=1, description="Containers per worker group.")
+    environment: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra environment of the workers; the protocol's WORKER_* variables "
+        "are always set by the driver and win over these.",
+    )
+    network_mode: str = Field(
+        default="host", description="Docker network mode of the workers (host, bridge, ...)."
+    )
+    volumes: list[VolumeMount] = Field(default_factory=list, description="Bind mounts.")
+    working_dir: str | None = Field(default=None, description="Working directory; None: image's.")
+    user: str | None = Field(default=None, description="User to run as; None: the image's.")
+    cpus: float | None = Field(
+        default=None, gt=0, description="CPU limit per container (e.g. 1.5); None: no limit."
+    )
+    memory: str | None = Field(
+        default=None, description="Memory limit per container (e.g. '2g'); None: no limit."
+    )
+    restart_policy: Literal["no", "always", "unless-stopped", "on-failure"] = Field(
+        default="unless-stopped", description="Docker restart policy of the workers."
+    )
+    restart_max_retries: int = Field(
+        default=5, ge=0, description="Restarts before giving up, with restart_policy=on-failure."
+    )
+    labels: dict[str, str] = Field(
+        default_factory=dict, description="Extra container labels (osrdyne.* are reserved)."
+    )
+    stop_timeout: int = Field(
+        default=30, ge=0, description="Seconds between SIGTERM and SIGKILL when stopping."
+    )
+
+
+class DockerDriver:
+    """Runs each worker group as `settings.workers` containers on one Docker engine."""
+
+    def __init__(self, context: base.PoolContext, settings: DockerSettings) -> None:
+        import docker  # noqa: F401  (fail early, and clearly, when the SDK is missing)
+
+        self._context = context
+        self._settings = settings
+        self._client: docker_sdk.DockerClient | None = None
+        self._locks: dict[str, asyncio.Lock] = {}
+        self.version = names.version_hash(
+            {
+                "pool": context.pool,
+                "amqp_uri": context.amqp_uri,
+                "container": settings.model_dump(
+                    mode="json",
+                    exclude={"base_url", "api_version", "timeout", "pull", "workers"},
+                ),
+            }
+        )
+
+    # -- the Driver protocol --------------------------------------------------------------
+
+    async def start(self, key: str) -> None:
+        async with self._lock(key):
+            with _map_errors(f"starting the worker group of {key!r}"):
+                await asyncio.to_thread(self._converge, key)
+
+    async def stop(self, key: str) -> None:
+        async with self._lock(key):
+            with _map_errors(f"stopping the worker group of {key!r}"):
+                await asyncio.to_thread(self._remove_group, key)
+
+    async def list(self) -> set[str]:
+        with _map_errors("listing worker containers"):
+            groups = await asyncio.to_thread(self._groups)
+        for key, containers in groups.items():
+            if not self._healthy(containers):
+                # An older version, or a half-done replacement or scale change: finish it.
+                logger.info("replacing the containers of %r (version %s)", key, self.version)
+                try:
+                    async with self._lock(key):
+                        with _map_errors(f"upgrading the worker group of {key!r}"):
+                            await asyncio.to_thread(self._converge, key)
+                except base.DriverError:
+                    logger.exception("could not upgrade the worker group of %r", key)
+        return set(groups)
+
+    async def close(self) -> None:
+        # Containers outlive the controller on purpose (a restarted controller adopts them).
+        if self._client is not None:
+            client, self._client = self._client, None
+            await asyncio.to_thread(client.close)
+
+    # -- blocking work, run in threads ----------------------------------------------------
+
+    def _lock(self, key: str) -> asyncio.Lock:
+        return self._locks.setdefault(key, asyncio.Lock())
+
+    def _engine(self) -> docker_sdk.DockerClient:
+        if self._client is None:
+            import docker
+
+            s = self._settings
+            if s.base_url is None:
+                self._client = docker.from_env(version=s.api_version, timeout=int(s.timeout))
+            else:
+                self._client = docker.DockerClient(
+                    base_url=s.base_url, version=s.api_version, timeout=int(s.timeout)
+                )
+        return self._client
+
+    def _containers(self, key: str | None = None) -> _Containers:
+        """This pool's containers (any state), as the engine's list API returns them."""
+        found: _Containers = self._engine().api.containers(
+            all=True, filters={"label": [f"{LABEL_POOL}={self._context.pool}"]}
+        )
+        # Compare labels exactly here rather than trusting the engine's filter parsing.
+        return [
+            c
+            for c in found
+            if (c.get("Labels") or {}).get(LABEL_POOL) == self._context.pool
+            and LABEL_KEY in (c.get("Labels") or {})
+            and (key is None or c["Labels"][LABEL_KEY] == key)
+        ]
+
+    def _groups(self) -> dict[str, _Containers]:
+        groups: dict[str, _Containers] = {}
+        for c in self._containers():
+            groups.setdefault(c["Labels"][LABEL_KEY], []).append(c)
+        return groups
+
+    def _healthy(self, containers: _Containers) -> bool:
+        indexes = sorted(
+            _index(c) for c in containers if c["Labels"].get(LABEL_VERSION) == self.version
+        )
+        return len(indexes) == len(containers) and indexes == list(range(self._settings.workers))
+
+    def _converge(self, key: str) -> None:
+        """Make the group of `key` exactly `workers` running containers of this version."""
+        containers = self._containers(key)
+        wanted = range(self._settings.workers)
+        by_index: dict[int, _Containers] = {}
+        for c in containers:
+            index = _index(c)
+            if index in wanted:
+                by_index.setdefault(index, []).append(c)
+            else:
+                self._remove(c)  # surplus first
+        for index in wanted:
+            current = by_index.get(index, [])
+            keep = next(
+                (
+                    c
+                    for c in current
+                    if c["Labels"].get(LABEL_VERSION) == self.version
+                    and c.get("State") not in _GONE_STATES
+                ),
+                None,
+            )
+            for c in current:
+                if c is not keep:
+                    self._remove(c)  # one by one: the old one goes, then its successor comes
+            if keep is None:
+                self._create(key, index)
+            elif keep.get("State") in _STOPPED_STATES:
+                self._engine().api.start(keep["Id"])
+
+    def _remove_group(self, key: str) -> None:
+        for c in self._containers(key):
+            self._remove(c)
+
+    def _remove(self, container: dict[str, Any]) -> None:
+        import docker.errors
+
+        api = self._engine().api
+        with contextlib.suppress(docker.errors.NotFound):
+            if container.get("State") not in _STOPPED_STATES | _GONE_STATES:
+                api.stop(container["Id"], timeout=self._settings.stop_timeout)
+            api.remove_container(container["Id"], force=True)
+
+    def _create(self, key: str, index: int) -> None:
+        import docker.errors
+
+        s = self._settings
+        name = names.object_name(self._context.pool, key, suffix=f"{index}-{self.version}")
+        labels = {
+            **s.labels,
+            LABEL_POOL: self._context.pool,
+            LABEL_KEY: key,
+            LABEL_WORKER_ID: name,
+            LABEL_INDEX: str(index),
+            LABEL_VERSION: self.version,
+        }
+        options: dict[str, Any] = {
+            "name": name,
+            "command": s.command,
+            "entrypoint": s.entrypoint,
+            "environment": {**s.environment, **self._context.environment(key, name)},
+            "labels": labels,
+            "network_mode": s.network_mode,
+            "volumes": {
+                v.source: {"bind": v.target, "mode": "ro" if v.read_only else "rw"}
+                for v in s.volumes
+            },
+            "working_dir": s.working_dir,
+            "user": s.user,
+            "restart_policy": {"Name": s.restart_policy},
+        }
+        if s.restart_policy == "on-failure":
+            options["restart_policy"]["MaximumRetryCount"] = s.restart_max_retries
+        if s.cpus is not None:
+            options["nano_cpus"] = int(s.cpus * 1e9)
+        if s.memory is not None:
+            options["mem_limit"] = s.memory
+        options = {k: v for k, v in options.items() if v is not None}
+        containers = self._engine().containers
+        try:
+            try:
+                container = containers.create(s.image, **options)
+            except docker.errors.ImageNotFound:
+                if s.pull == "never":
+                    raise
+                logger.info("pulling %s", s.image)
+                self._engine().images.pull(s.image)
+                container = containers.create(s.image, **options)
+        except docker.errors.APIError as exc:
+            if exc.status_code == 409:  # another controller created it meanwhile
+                return
+            raise
+        container.start()
+
+
+def _index(container: dict[str, Any]) -> int:
+    try:
+        return int(container["Labels"].get(LABEL_INDEX, "-1"))
+    except ValueError:
+        return -1
+
+
+@contextlib.contextmanager
+def _map_errors(action: str) -> Iterator[None]:
+    """Turn the Docker SDK's and requests' exceptions into `DriverError`s."""
+    import docker.errors
+    import requests.exceptions
+
+    try:
+        yield
+    except docker.errors.APIError as exc:
+        message = f"{action}: the Docker engine refused: {exc.explanation or exc}"
+        if exc.status_code in (502, 503, 504):
+            raise base.DriverUnavailable(message) from exc
+        raise base.DriverRejected(message) from exc
+    except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
+        raise base.DriverUnavailable(f"{action}: the Docker engine is unreachable: {exc}") from exc
+    except docker.errors.DockerException as exc:
+        # Raised by the client itself, e.g. when it cannot even fetch the engine's API version.
+        raise base.DriverUnavailable(f"{action}: {exc}") from exc

@@ -1,0 +1,26 @@
+"""The noop driver: worker groups are started by hand (or by another system).
+
+It starts and stops nothing and lists nothing; osrdyne still manages queues, orphans and dead
+letters, and workers started manually report activity that keeps their group's queue alive.
+"""
+
+from __future__ import annotations
+
+from drivers import base
+
+
+class NoopDriver:
+    def __init__(self, context: base.PoolContext) -> None:
+        self.context = context
+
+    async def start(self, key: str) -> None:
+        return None
+
+    async def stop(self, key: str) -> None:
+        return None
+
+    async def list(self) -> set[str]:
+        return set()
+
+    async def close(self) -> None:
+        return None

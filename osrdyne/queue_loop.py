@@ -1,0 +1,179 @@
+"""The request-queue control loop: make the broker's request queues match the expected state.
+
+It creates and binds the queues of Active groups, unbinds those of Unbound groups and deletes
+those of stopped groups, then publishes the generation it reached with the actual state, which
+the orphan processor waits on before it forwards a request. A queue is only deleted when it
+has no consumer and no message: a queue that still holds requests brings its group back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+import types
+from collections.abc import Mapping
+
+import aio_pika.abc
+import aio_pika.exceptions
+
+from osrdyne import logs, reconcile, topology
+from osrdyne.channels import ChannelPool
+from osrdyne.management import ManagementApi
+from osrdyne.metrics import ControllerMetrics
+from osrdyne.protocol import PoolNames
+from osrdyne.settings import QueueSettings
+from osrdyne.state import GroupStatus, PoolStateTracker
+from osrdyne.watch import Watch
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class QueuesReached:
+    """The last expected generation the loop converged to, and what exists now."""
+
+    generation: int
+    actual: Mapping[str, GroupStatus]
+    errors: Mapping[str, str]
+
+
+class QueueBusy(Exception):
+    """A queue to delete still has consumers: try again later."""
+
+
+class QueueNotEmpty(Exception):
+    """A queue to delete still holds requests: its group must serve them first."""
+
+
+class RequestQueueLoop:
+    def __init__(
+        self,
+        *,
+        connection: aio_pika.abc.AbstractConnection,
+        api: ManagementApi,
+        names: PoolNames,
+        settings: QueueSettings,
+        tracker: PoolStateTracker,
+        interval: float,
+        metrics: ControllerMetrics,
+        concurrency: int = 8,
+    ) -> None:
+        self._channels = ChannelPool(connection, size=concurrency)
+        self._api = api
+        self._names = names
+        self._settings = settings
+        self._tracker = tracker
+        self._interval = interval
+        self._metrics = metrics
+        self._limit = asyncio.Semaphore(concurrency)
+        self.reached: Watch[QueuesReached] = Watch(
+            QueuesReached(0, types.MappingProxyType({}), types.MappingProxyType({}))
+        )
+
+    async def run(self, initial: Mapping[str, GroupStatus] | None = None) -> None:
+        actual = dict(initial) if initial is not None else await self._list()
+        try:
+            while True:
+                version = self._tracker.state.version
+                target = self._tracker.state.value
+                started = time.monotonic()
+                errors = await self._converge(target.groups, actual)
+                self._metrics.loop_seconds.labels("queues").observe(time.monotonic() - started)
+                self.reached.set(
+                    QueuesReached(
+                        target.generation,
+                        types.MappingProxyType(dict(actual)),
+                        types.MappingProxyType(errors),
+                    )
+                )
+                wait = min(self._interval, 1.0) if errors else self._interval
+                try:
+                    await asyncio.wait_for(self._tracker.state.changed_since(version), wait)
+                except TimeoutError:
+                    actual = await self._list()  # anti-entropy: trust the broker, not memory
+        finally:
+            await self._channels.close()
+
+    async def _list(self) -> dict[str, GroupStatus]:
+        return await topology.list_request_queues(self._api, self._names)
+
+    async def _converge(
+        self, expected: Mapping[str, GroupStatus], actual: dict[str, GroupStatus]
+    ) -> dict[str, str]:
+        errors: dict[str, str] = {}
+
+        async def apply(action: reconcile.QueueAction) -> None:
+            async with self._limit:
+                try:
+                    await self._apply(action, actual)
+                except QueueNotEmpty:
+                    errors[action.key] = "queue still holds requests: group required again"
+                    self._tracker.require(action.key)
+                except QueueBusy:
+                    errors[action.key] = "queue still has consumers"
+                except (aio_pika.exceptions.AMQPError, ConnectionError) as exc:
+                    errors[action.key] = f"{type(exc).__name__}: {exc}"
+                    logger.warning(
+                        "request queue %s of %r failed: %s",
+                        action.op,
+                        action.key,
+                        exc,
+                        extra=logs.fields(pool=self._names.pool, key=action.key),
+                    )
+
+        actions = reconcile.plan_queues(expected, actual)
+        deletes = [a for a in actions if a.op is reconcile.QueueOp.DELETE]
+        await asyncio.gather(*(apply(a) for a in deletes))
+        await asyncio.gather(*(apply(a) for a in actions if a.op is not reconcile.QueueOp.DELETE))
+        return errors
+
+    async def _apply(self, action: reconcile.QueueAction, actual: dict[str, GroupStatus]) -> None:
+        key, name = action.key, self._names.request_queue(action.key)
+        exchange = self._names.request_exchange
+        async with self._channels.channel() as channel:
+            if action.op is reconcile.QueueOp.DELETE:
+                await self._delete(channel, name)
+                actual.pop(key, None)
+            elif action.op is reconcile.QueueOp.UNBIND:
+                queue = await channel.get_queue(name, ensure=False)
+                await queue.unbind(exchange, routing_key=key)
+                actual[key] = GroupStatus.UNBOUND
+            else:
+                if action.op is reconcile.QueueOp.CREATE:
+                    await self._declare(channel, name)
+                    actual[key] = GroupStatus.UNBOUND
+                if action.op is reconcile.QueueOp.BIND or action.bind:
+                    queue = await channel.get_queue(name, ensure=False)
+                    await queue.bind(exchange, routing_key=key)
+                    actual[key] = GroupStatus.ACTIVE
+        self._metrics.queue_ops.labels(action.op.value).inc()
+        logger.info(
+            "request queue of %r: %s",
+            key,
+            action.op.value,
+            extra=logs.fields(pool=self._names.pool, key=key, generation=self._tracker.generation),
+        )
+
+    async def _declare(self, channel: aio_pika.abc.AbstractChannel, name: str) -> None:
+        arguments = topology.request_queue_arguments(self._names, self._settings)
+        try:
+            await channel.declare_queue(name, durable=True, arguments=arguments)
+        except aio_pika.exceptions.ChannelPreconditionFailed as exc:
+            # It exists with other arguments (e.g. the queue type changed): keep serving it.
+            logger.warning("request queue %r exists with other arguments: %s", name, exc)
+
+    async def _delete(self, channel: aio_pika.abc.AbstractChannel, name: str) -> None:
+        # Quorum queues refuse if-empty/if-unused (RabbitMQ answers with a connection error),
+        # so check first; the queue is unbound, so nothing new can arrive in between.
+        try:
+            queue = await channel.declare_queue(name, passive=True)
+        except aio_pika.exceptions.ChannelNotFoundEntity:
+            return
+        result = queue.declaration_result
+        if result.consumer_count:
+            raise QueueBusy(name)
+        if result.message_count:
+            raise QueueNotEmpty(name)
+        await queue.delete(if_unused=False, if_empty=self._settings.type == "classic")

@@ -1,0 +1,60 @@
+"""Answers the controller gives on a worker's behalf: errors with an `x-status` and a small JSON
+document, sent to the request's `reply_to` with its `correlation_id`, and copies of requests
+(orphans forwarded, poison kept) that preserve every property."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import aio_pika
+import aio_pika.abc
+
+from osrdyne import protocol
+from osrdyne.protocol import Header
+
+logger = logging.getLogger(__name__)
+
+
+async def answer_error(
+    channel: aio_pika.abc.AbstractChannel,
+    request: aio_pika.abc.AbstractIncomingMessage,
+    *,
+    status: str,
+    document: dict[str, Any],
+) -> bool:
+    """Answer `request` with an error; False when it has no `reply_to` (nobody to tell)."""
+    if not request.reply_to:
+        return False
+    body = json.dumps({"status": status, **document}, default=str).encode()
+    reply = aio_pika.Message(
+        body,
+        # The request's trace context goes back with the answer (docs/observability.md).
+        headers={Header.STATUS: status, **protocol.trace_headers(request.headers)},
+        correlation_id=request.correlation_id,
+        content_type="application/json",
+    )
+    # mandatory=False: RabbitMQ 3.10 bounces mandatory replies to direct reply-to addresses.
+    await channel.default_exchange.publish(reply, routing_key=request.reply_to, mandatory=False)
+    return True
+
+
+def copy_of(message: aio_pika.abc.AbstractIncomingMessage) -> aio_pika.Message:
+    """The same request, every property kept (but `user_id`, which RabbitMQ checks against the
+    publishing connection's user)."""
+    return aio_pika.Message(
+        message.body,
+        headers=dict(message.headers or {}),
+        content_type=message.content_type,
+        content_encoding=message.content_encoding,
+        delivery_mode=message.delivery_mode,
+        priority=message.priority,
+        correlation_id=message.correlation_id,
+        reply_to=message.reply_to,
+        expiration=message.expiration,
+        message_id=message.message_id,
+        timestamp=message.timestamp,
+        type=message.type,
+        app_id=message.app_id,
+    )

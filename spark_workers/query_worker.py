@@ -1,0 +1,142 @@
+"""The query worker: serves one dataset (its key) to structured queries and Spark SQL.
+
+    python -m spark_workers.query_worker        # WORKER_* from the driver, SPARK_WORKER_* too
+
+Endpoints (`x-rpc-path`):
+
+- none or `query`: a query document (see `spark_workers.query`) answered with JSON rows, or
+  an Arrow IPC stream with `"format": "arrow"`;
+- `schema`: the dataset's columns and types, and its row count;
+- `count`: the number of rows matching an optional `{"where": [...]}`.
+
+Every failure a client can cause (bad JSON, unknown column, refused SQL, too large a result,
+the deadline) is answered with a `worker_error` response and a JSON body saying why.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from typing import TYPE_CHECKING, Any
+
+from spark_workers import keyed, query, results, sql_guard
+from spark_workers import settings as settings_mod
+from worker_sdk import HandlerError, Request
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+
+class PlanCache:
+    """Planned DataFrames by query document: a repeated query skips parsing, analysis,
+    optimisation and code generation (a Dataset keeps its executed plan), which on cached
+    data cost more than running it. Safe because a worker's dataset never changes."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._plans: collections.OrderedDict[Any, DataFrame] = collections.OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = self.misses = 0
+
+    def get(self, data: keyed.LoadedDataset, q: query.Query) -> DataFrame:
+        key = q.model_dump_json(exclude={"format"})
+        with self._lock:
+            df = self._plans.get(key)
+            if df is not None:
+                self._plans.move_to_end(key)
+                self.hits += 1
+                return df
+        df = _plan(data, q)
+        with self._lock:
+            self.misses += 1
+            if self.size:
+                self._plans[key] = df
+                while len(self._plans) > self.size:
+                    self._plans.popitem(last=False)
+        return df
+
+
+def _plan(data: keyed.LoadedDataset, q: query.Query) -> DataFrame:
+    if q.sql is not None:
+        df = sql_guard.checked_sql(data.spark, q.sql, view=keyed.VIEW_NAME)
+        return df.limit(q.limit) if q.limit is not None else df
+    return query.build(data.df, q, view=keyed.VIEW_NAME)
+
+
+def plan_cache(data: keyed.LoadedDataset) -> PlanCache:
+    """The plan cache of a loaded dataset."""
+    cache = data.extras.get("plan_cache")
+    if cache is None:
+        cache = data.extras.setdefault("plan_cache", PlanCache(data.settings.plan_cache_size))
+    return cache  # type: ignore[no-any-return]
+
+
+def answer_query(request: Request, data: keyed.LoadedDataset) -> Any:
+    """The default endpoint: run a query document."""
+    return run_query(data, query.parse(request.body))
+
+
+def run_query(data: keyed.LoadedDataset, q: query.Query) -> Any:
+    """Run a parsed query on the loaded dataset; JSON-able dict or Arrow IPC bytes."""
+    s = data.settings
+    try:
+        df = plan_cache(data).get(data, q)
+        table, truncated = results.collect(df, max_rows=s.max_rows)
+    except HandlerError:
+        raise
+    except Exception as exc:
+        raise HandlerError(
+            f"query failed: {_spark_message(exc)}", details={"reason": "query_failed"}
+        ) from exc
+    if q.format == "arrow":
+        return results.to_arrow_ipc(table, truncated=truncated, max_bytes=s.max_result_bytes)
+    return results.to_json(table, truncated=truncated, max_bytes=s.max_result_bytes)
+
+
+def answer_schema(request: Request, data: keyed.LoadedDataset) -> dict[str, Any]:
+    """The dataset's schema and size."""
+    return {
+        "key": data.key,
+        "view": keyed.VIEW_NAME,
+        "columns": [
+            {"name": f.name, "type": f.dataType.simpleString(), "nullable": f.nullable}
+            for f in data.df.schema.fields
+        ],
+        "rows": data.rows if data.rows is not None else data.df.count(),
+    }
+
+
+def answer_count(request: Request, data: keyed.LoadedDataset) -> dict[str, int]:
+    """Rows matching the optional `where` conditions."""
+    q = query.parse(request.body)
+    if q.sql is not None or q.select is not None or q.group_by or q.aggregates:
+        raise HandlerError("count takes only 'where' conditions", details={"reason": "invalid"})
+    try:
+        return {"count": query.build(data.df, q, view=keyed.VIEW_NAME).count()}
+    except HandlerError:
+        raise
+    except Exception as exc:
+        raise HandlerError(f"count failed: {_spark_message(exc)}") from exc
+
+
+def create_app(settings: settings_mod.SparkWorkerSettings | None = None) -> keyed.SparkWorker:
+    """The query worker, reading its dataset through the catalog of `settings`."""
+    app = keyed.SparkWorker(settings=settings)
+    app.handler()(answer_query)
+    app.handler("query")(answer_query)
+    app.handler("schema")(answer_schema)
+    app.handler("count")(answer_count)
+    return app
+
+
+def _spark_message(exc: BaseException) -> str:
+    getter = getattr(exc, "getMessage", None)
+    try:
+        text = getter() if callable(getter) else str(exc)
+    except Exception:
+        text = str(exc)
+    return str(text).strip().splitlines()[0] if str(text).strip() else type(exc).__name__
+
+
+if __name__ == "__main__":
+    create_app().run()

@@ -1,0 +1,91 @@
+"""Configuration of a Spark worker, read once from `SPARK_WORKER_*` environment variables.
+
+The defaults are tuned for what these workers do: answer many small queries on a cached
+dataset of modest size, where Spark's fixed per-job costs dominate (a single shuffle partition
+avoids a second stage and the sampling job of a global sort; adaptive execution re-plans every
+query and costs more than it saves on small data). Override them for big datasets.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DatasetFormat = Literal["auto", "parquet", "csv", "json"]
+
+
+class SparkWorkerSettings(BaseSettings):
+    """Settings of one Spark worker process; every field is read from `SPARK_WORKER_<NAME>`."""
+
+    model_config = SettingsConfigDict(env_prefix="SPARK_WORKER_", extra="ignore")
+
+    # -- the session ----------------------------------------------------------------------
+    master: str = Field(
+        default="local[*]",
+        description="Spark master URL: `local[*]` embedded, `spark://host:7077` for a "
+        "standalone cluster.",
+    )
+    app_name: str = Field(default="osrdyne-spark-worker", description="Spark application name.")
+    driver_memory: str = Field(default="2g", description="`spark.driver.memory` (JVM heap).")
+    executor_memory: str | None = Field(
+        default=None, description="`spark.executor.memory` on a cluster (None: Spark's default)."
+    )
+    executor_cores: int | None = Field(
+        default=None, ge=1, description="`spark.executor.cores` on a cluster."
+    )
+    shuffle_partitions: int = Field(
+        default=1,
+        ge=1,
+        description="`spark.sql.shuffle.partitions`. Small data: 1 keeps group-by + order-by "
+        "in one stage without a sampling job; raise it for large aggregations or joins.",
+    )
+    adaptive: bool = Field(
+        default=False, description="`spark.sql.adaptive.enabled` (costs latency on small data)."
+    )
+    ui_enabled: bool = Field(default=False, description="Run the Spark web UI.")
+    log_level: str = Field(default="ERROR", description="Spark's log level (JVM side).")
+    extra_conf: dict[str, str] = Field(
+        default_factory=dict,
+        description='More Spark settings, as a JSON object: {"spark.x.y": "value"}.',
+    )
+
+    # -- the datasets ---------------------------------------------------------------------
+    dataset_root: str = Field(
+        default="./datasets",
+        description="Directory (or URI: file://, s3a://, hdfs://...) holding the datasets.",
+    )
+    dataset_uri_template: str | None = Field(
+        default=None,
+        description="Where a dataset lives, overriding `{root}/{dataset}`: placeholders "
+        "`{root}`, `{dataset}` (name or name@version), `{name}` and `{version}`.",
+    )
+    dataset_format: DatasetFormat = Field(
+        default="auto",
+        description="Format of the datasets; `auto` looks at file extensions (local roots) "
+        "and falls back to Parquet.",
+    )
+    cache: bool = Field(default=True, description="Cache the dataset in memory once loaded.")
+    cache_partitions: int | None = Field(
+        default=None,
+        ge=1,
+        description="Coalesce the cached dataset to this many partitions (None: as read).",
+    )
+
+    # -- the queries ----------------------------------------------------------------------
+    max_rows: int = Field(default=10_000, ge=1, description="Most rows a query answers.")
+    max_result_bytes: int = Field(
+        default=16 * 1024 * 1024, ge=1024, description="Largest encoded answer, in bytes."
+    )
+    plan_cache_size: int = Field(
+        default=256,
+        ge=0,
+        description="Planned queries kept for reuse (0: off). Planning a query on cached data "
+        "costs more than running it; a repeated query (same document) skips it.",
+    )
+    query_timeout: float = Field(
+        default=300.0,
+        gt=0,
+        description="Seconds a query may run when the caller set no earlier `x-deadline`.",
+    )

@@ -1,0 +1,229 @@
+"""The core promise end to end: a request for a key nobody serves yet is answered by a group
+osrdyne starts for it; later requests take the fast path; idle groups go away in two stages.
+Real broker, real controller, real worker processes (the echo worker)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+
+import aio_pika
+import pytest
+
+from osrdyne import Client, PoolNames, Status
+from osrdyne.state import GroupStatus
+from tests import broker
+from tests.conftest import Running, raw_connection
+from tests.waiting import eventually
+
+
+def orphans_forwarded(running: Running) -> float:
+    return running.controller.metrics.orphans.labels("forwarded")._value.get()
+
+
+async def test_cold_key_starts_a_group_that_answers(
+    controller: Running, client: Client, pool: str
+) -> None:
+    response = await client.call(pool, "cold", b"hello", timeout=60)
+    assert response.ok, response
+    assert response.body == b"hello"
+    assert orphans_forwarded(controller) == 1
+    assert await controller.controller.driver.list() == {"cold"}
+
+
+async def test_later_requests_take_the_fast_path(
+    controller: Running, client: Client, pool: str
+) -> None:
+    first = await client.call(pool, "warm", path="whoami", timeout=60)
+    answers = await asyncio.gather(
+        *(client.call(pool, "warm", path="whoami", timeout=30) for _ in range(20))
+    )
+    assert orphans_forwarded(controller) == 1
+    assert {a.json()["worker_id"] for a in answers} == {first.json()["worker_id"]}
+
+
+async def test_fifty_new_keys_at_once_get_fifty_groups(
+    controller: Running, client: Client, pool: str
+) -> None:
+    keys = [f"key-{i}" for i in range(50)]
+    answers = await asyncio.gather(
+        *(client.call(pool, key, key.encode(), timeout=150) for key in keys)
+    )
+    assert [a.status for a in answers] == [Status.OK] * 50
+    assert [a.body for a in answers] == [k.encode() for k in keys]
+    assert await controller.controller.driver.list() == set(keys)
+    assert orphans_forwarded(controller) == 50
+
+
+async def queue_info(pool: str, key: str) -> dict[str, object] | None:
+    name = PoolNames(pool).request_queue(key)
+    async with broker.management() as http:
+        response = await http.get(f"/queues/%2F/{aio_pika_quote(name)}")
+    return None if response.status_code == 404 else response.json()
+
+
+async def is_bound(pool: str, key: str) -> bool:
+    names = PoolNames(pool)
+    async with broker.management() as http:
+        response = await http.get(
+            f"/exchanges/%2F/{aio_pika_quote(names.request_exchange)}/bindings/source"
+        )
+    return any(b["routing_key"] == key for b in response.json())
+
+
+def aio_pika_quote(name: str) -> str:
+    import urllib.parse
+
+    return urllib.parse.quote(name, safe="")
+
+
+async def test_idle_group_is_unbound_then_stopped_and_its_queue_deleted(
+    make_controller: object, client: Client, pool: str
+) -> None:
+    running: Running = await make_controller(  # type: ignore[operator]
+        pool, groups={"unbind_delay": 1.5, "stop_delay": 1.5}
+    )
+    assert (await client.call(pool, "idle", b"x", timeout=60)).ok
+    assert await is_bound(pool, "idle")
+    tracker = running.controller.tracker
+    assert tracker is not None
+    await eventually(
+        lambda: tracker.state.value.groups.get("idle") is GroupStatus.UNBOUND, what="group unbound"
+    )
+    await eventually(lambda: _not(is_bound(pool, "idle")), what="queue unbound")
+    assert await queue_info(pool, "idle") is not None  # unbound, not yet deleted
+    await eventually(lambda: "idle" not in tracker.state.value.groups, what="group gone")
+    await eventually(lambda: _is_none(queue_info(pool, "idle")), what="queue deleted")
+    await eventually(lambda: _empty(running.controller.driver.list()), what="group stopped")
+
+
+async def _not(awaitable: object) -> bool:
+    return not await awaitable  # type: ignore[misc]
+
+
+async def _is_none(awaitable: object) -> bool:
+    return await awaitable is None  # type: ignore[misc]
+
+
+async def _empty(awaitable: object) -> bool:
+    return not await awaitable  # type: ignore[misc]
+
+
+async def test_request_while_unbound_is_answered_and_rebinds(
+    make_controller: object, client: Client, pool: str
+) -> None:
+    running: Running = await make_controller(  # type: ignore[operator]
+        pool, groups={"unbind_delay": 1.0, "stop_delay": 60}
+    )
+    first = await client.call(pool, "nap", path="whoami", timeout=60)
+    tracker = running.controller.tracker
+    assert tracker is not None
+    await eventually(lambda: _not(is_bound(pool, "nap")), what="queue unbound")
+    again = await client.call(pool, "nap", path="whoami", timeout=60)
+    assert again.ok
+    assert again.json()["worker_id"] == first.json()["worker_id"]  # same group, never stopped
+    assert tracker.state.value.groups["nap"] is GroupStatus.ACTIVE
+    assert await is_bound(pool, "nap")
+
+
+ODD_KEYS = [
+    "with space",
+    "a/b/c",
+    "..",
+    "../../etc/passwd",
+    "emoji 🚂🚄",
+    "ünïcödé=42,timetable=24",
+    "é" * 110,  # 220 bytes
+    "k" * 200,
+]
+
+
+async def test_odd_keys_get_their_own_groups(
+    controller: Running, client: Client, pool: str
+) -> None:
+    answers = await asyncio.gather(
+        *(client.call(pool, key, path="whoami", timeout=120) for key in ODD_KEYS)
+    )
+    assert [a.status for a in answers] == [Status.OK] * len(ODD_KEYS)
+    assert [a.json()["key"] for a in answers] == ODD_KEYS
+    assert await controller.controller.driver.list() == set(ODD_KEYS)
+
+
+@pytest.mark.parametrize(
+    "key", ["", "x" * 250, "tab\tseparated"], ids=["empty", "too-long", "control-character"]
+)
+async def test_keys_that_cannot_have_a_queue_are_answered_invalid_key(
+    controller: Running, client: Client, pool: str, key: str
+) -> None:
+    response = await client.call(pool, key, b"x", timeout=30)
+    assert response.status == Status.INVALID_KEY
+    assert response.json()["key"] == key
+    assert await controller.controller.driver.list() == set()
+
+
+async def test_a_plain_amqp_client_gets_an_answer(controller: Running, pool: str) -> None:
+    """Protocol interop: no osrdyne code on the client side, a named reply queue."""
+    async with raw_connection(broker.AMQP_URL) as connection:
+        channel = await connection.channel()
+        replies = await channel.declare_queue(exclusive=True)
+        exchange = await channel.get_exchange(PoolNames(pool).request_exchange)
+        correlation_id = str(uuid.uuid4())
+        await exchange.publish(
+            aio_pika.Message(b"raw", correlation_id=correlation_id, reply_to=replies.name),
+            routing_key="interop",
+            mandatory=True,
+        )
+        async with replies.iterator(timeout=60) as messages:
+            async for message in messages:
+                async with message.process():
+                    assert message.correlation_id == correlation_id
+                    assert message.headers["x-status"] == "ok"
+                    assert message.body == b"raw"
+                    break
+
+
+async def test_fire_and_forget_request_without_reply_to_is_processed(
+    controller: Running, client: Client, pool: str
+) -> None:
+    async with raw_connection(broker.AMQP_URL) as connection:
+        channel = await connection.channel()
+        exchange = await channel.get_exchange(PoolNames(pool).request_exchange)
+        await exchange.publish(aio_pika.Message(b"nobody listens"), routing_key="ff")
+    await eventually(
+        lambda: _contains(controller.controller.driver.list(), "ff"),
+        what="group started for a request without reply_to",
+    )
+    # the group serves a normal call afterwards: the reply-less request did not wedge it
+    assert (await client.call(pool, "ff", b"x", timeout=60)).ok
+
+
+async def _contains(awaitable: object, item: str) -> bool:
+    return item in await awaitable  # type: ignore[misc]
+
+
+async def test_progress_messages_reach_the_caller(
+    controller: Running, client: Client, pool: str
+) -> None:
+    seen: list[dict[str, int]] = []
+    response = await client.call(
+        pool,
+        "progress",
+        path="progress",
+        timeout=60,
+        on_progress=lambda interim: seen.append(interim.json()),
+    )
+    assert response.ok and response.body == b"done"
+    assert seen == [{"step": 1, "of": 3}, {"step": 2, "of": 3}, {"step": 3, "of": 3}]
+
+
+async def test_a_worker_error_is_told_apart_from_a_protocol_error(
+    controller: Running, client: Client, pool: str
+) -> None:
+    response = await client.call(pool, "failing", b"boom", path="fail", timeout=60)
+    assert response.status == Status.WORKER_ERROR
+    assert response.json()["error"] == "asked to fail"
+    with pytest.raises(Exception) as raised:
+        response.raise_for_status()
+    assert type(raised.value).__name__ == "WorkerFailed"
+    assert json.loads(response.body)["key"] == "failing"

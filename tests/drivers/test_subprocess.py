@@ -1,0 +1,142 @@
+"""The subprocess driver with real processes: N workers per group, idempotent start/stop, a
+crashed worker restarted with back-off, adoption by a new driver, everything ended on close.
+The worker command is a tiny script (no broker needed): it records its environment and sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from drivers.base import PoolContext
+from drivers.subprocess import SubprocessDriver, SubprocessSettings
+from tests.waiting import eventually
+
+SCRIPT = """
+import json, os, sys, time
+out = sys.argv[1]
+with open(os.path.join(out, os.environ["WORKER_ID"] + f"-{os.getpid()}.json"), "w") as f:
+    json.dump({k: v for k, v in os.environ.items() if k.startswith("WORKER_")}, f)
+time.sleep(3600)
+"""
+
+
+@pytest.fixture
+def make_driver(tmp_path: Path):  # type: ignore[no-untyped-def]
+    drivers: list[SubprocessDriver] = []
+    out = tmp_path / "out"
+    out.mkdir()
+
+    def make(**options: object) -> SubprocessDriver:
+        settings = SubprocessSettings(
+            command=[sys.executable, "-c", SCRIPT, str(out)],
+            owner=str(tmp_path / "state"),
+            restart_backoff=0.1,
+            stop_timeout=5,
+            **options,  # type: ignore[arg-type]
+        )
+        driver = SubprocessDriver(PoolContext(pool="p", amqp_uri="amqp://x/"), settings)
+        drivers.append(driver)
+        return driver
+
+    make.out = out  # type: ignore[attr-defined]
+    yield make
+    for driver in drivers:
+        for group in driver.describe().values():
+            for worker in group:
+                if worker.pid:
+                    try:
+                        os.kill(worker.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+
+
+def pids(driver: SubprocessDriver, key: str) -> list[int]:
+    return [w.pid for w in driver.describe().get(key, ()) if w.pid is not None]
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+async def test_start_runs_n_workers_with_the_protocol_environment(make_driver) -> None:  # type: ignore[no-untyped-def]
+    driver = make_driver(workers=3)
+    await driver.start("infra/42 ü")
+    await driver.start("infra/42 ü")  # idempotent
+    assert await driver.list() == {"infra/42 ü"}
+    await eventually(lambda: len(list(make_driver.out.iterdir())) == 3, what="3 workers")
+    envs = [json.loads(p.read_text()) for p in make_driver.out.iterdir()]
+    assert {e["WORKER_KEY"] for e in envs} == {"infra/42 ü"}
+    assert {e["WORKER_REQUESTS_QUEUE"] for e in envs} == {"p-req-infra/42 ü"}
+    assert {e["WORKER_ACTIVITY_EXCHANGE"] for e in envs} == {"p-activity-xchg"}
+    assert len({e["WORKER_ID"] for e in envs}) == 3
+    await driver.close()
+
+
+async def test_stop_is_idempotent_and_ends_the_workers(make_driver) -> None:  # type: ignore[no-untyped-def]
+    driver = make_driver(workers=2)
+    await driver.start("k")
+    running = await eventually(lambda: len(pids(driver, "k")) == 2 and pids(driver, "k"))
+    await driver.stop("k")
+    await driver.stop("k")
+    await driver.stop("never started")
+    assert await driver.list() == set()
+    assert not any(alive(pid) for pid in running)
+    await driver.close()
+
+
+async def test_a_crashed_worker_is_restarted_with_backoff(make_driver) -> None:  # type: ignore[no-untyped-def]
+    driver = make_driver()
+    await driver.start("k")
+    first = (await eventually(lambda: pids(driver, "k")))[0]
+    os.kill(first, signal.SIGKILL)
+    second = await eventually(lambda: [p for p in pids(driver, "k") if p != first])
+    assert alive(second[0])
+    info = driver.describe()["k"][0]
+    assert info.restarts == 1 and info.last_exit == -signal.SIGKILL
+    await driver.close()
+
+
+async def test_a_new_driver_adopts_workers_left_running(make_driver) -> None:  # type: ignore[no-untyped-def]
+    first = make_driver(workers=2)
+    await first.start("k")
+    running = sorted(await eventually(lambda: len(pids(first, "k")) == 2 and pids(first, "k")))
+    # Its controller is SIGKILLed: the supervisors vanish, the workers live on.
+    supervisors = [t for g in first._groups.values() for t in g.tasks]
+    for task in supervisors:
+        task.cancel()
+    await asyncio.gather(*supervisors, return_exceptions=True)
+    first._groups.clear()
+    second = make_driver(workers=2)
+    assert await second.list() == {"k"}
+    assert sorted(pids(second, "k")) == running
+    assert all(w.adopted for w in second.describe()["k"])
+    await second.start("k")  # no duplicates
+    assert sorted(pids(second, "k")) == running
+    await second.close()
+    assert not any(alive(pid) for pid in running)
+
+
+async def test_close_ends_every_group(make_driver) -> None:  # type: ignore[no-untyped-def]
+    driver = make_driver()
+    for key in ("a", "b", "c"):
+        await driver.start(key)
+    running = await eventually(
+        lambda: (
+            sum((pids(driver, k) for k in "abc"), [])
+            if all(pids(driver, k) for k in "abc")
+            else None
+        )
+    )
+    await driver.close()
+    assert not any(alive(pid) for pid in running)

@@ -1,0 +1,282 @@
+"""A private RabbitMQ node for the tests that stop, crash or restart a broker.
+
+The shared broker on 127.0.0.1:5672 serves every other test (and other people): it is never
+touched here. `RabbitNode` runs a node of its own from the installed Debian package
+(`/usr/lib/rabbitmq/bin`): its own node name, AMQP, distribution and management ports, its
+own data, log and config files, its own Erlang cookie (in its own HOME), run as the `rabbitmq`
+user when the tests run as root (as the Debian wrapper does with `su rabbitmq`). It registers
+with the machine's epmd on 127.0.0.1 (started by the node if none runs). Every step is bounded
+in time; `close()` stops the node, kills whatever is left of it and removes its directory.
+
+    node = RabbitNode.start_new()      # ~5-15 s on a small machine
+    node.amqp_url, node.management_url
+    node.restart()                     # graceful: rabbitmqctl stop, then start again
+    node.crash(); node.start()         # SIGKILL of the whole node, then start again
+    node.close()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+#: Where the Debian package puts the real scripts (/usr/sbin ones are `su` wrappers).
+DEBIAN_BIN = Path("/usr/lib/rabbitmq/bin")
+RUN_AS = "rabbitmq"
+START_TIMEOUT = 90.0
+STOP_TIMEOUT = 30.0
+
+
+class NodeError(RuntimeError):
+    """The private node could not be started or stopped."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _tool(name: str) -> str:
+    path = DEBIAN_BIN / name
+    if path.exists():
+        return str(path)
+    found = shutil.which(name)
+    if found is None:
+        raise NodeError(f"{name} not found: install the rabbitmq-server package")
+    return found
+
+
+def _port_open(port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
+        return True
+    return False
+
+
+class RabbitNode:
+    def __init__(self, base: Path, *, name: str | None = None, max_message_mb: int = 32) -> None:
+        self.base = base
+        self.nodename = name or f"osrdyne-test-{secrets.token_hex(3)}@localhost"
+        self.port = free_port()
+        self.dist_port = free_port()
+        self.management_port = free_port()
+        self.max_message_bytes = max_message_mb * 1024 * 1024
+        self.process: subprocess.Popen[bytes] | None = None
+        self._user = self._run_as()
+        self._write_files()
+
+    # -- where it is ----------------------------------------------------------------------
+
+    @property
+    def amqp_url(self) -> str:
+        return f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
+
+    @property
+    def management_url(self) -> str:
+        return f"http://127.0.0.1:{self.management_port}"
+
+    # -- life cycle -----------------------------------------------------------------------
+
+    @classmethod
+    def start_new(cls, **kwargs: object) -> RabbitNode:
+        base = Path(tempfile.mkdtemp(prefix="osrdyne-rabbit-"))
+        node = cls(base, **kwargs)  # type: ignore[arg-type]
+        try:
+            node.start()
+        except BaseException:
+            node.close()
+            raise
+        return node
+
+    def start(self) -> None:
+        """Start the node and wait until it serves AMQP and its management API."""
+        if self.process is not None and self.process.poll() is None:
+            return
+        (self.base / "node.pid").unlink(missing_ok=True)  # a crashed node leaves a stale one
+        log = (self.base / "log" / "console.log").open("ab")
+        self.process = subprocess.Popen(
+            [_tool("rabbitmq-server")],
+            env=self._env(),
+            cwd=self.base,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: `crash()` kills all of it
+            **self._user,
+        )
+        log.close()
+        try:
+            # `wait` first waits for the pid file (the node may not be registered with epmd yet,
+            # when `await_startup` would fail at once), then for the node to have booted.
+            self.ctl(
+                "wait",
+                str(self.base / "node.pid"),
+                "--timeout",
+                str(int(START_TIMEOUT)),
+                timeout=START_TIMEOUT + 10,
+            )
+            self._wait(
+                lambda: _port_open(self.port) and _port_open(self.management_port),
+                START_TIMEOUT,
+                "AMQP and management listeners",
+            )
+        except BaseException:
+            self.crash()
+            raise NodeError(f"node {self.nodename} did not start:\n{self.log_tail()}") from None
+
+    def stop(self) -> None:
+        """A graceful stop (`rabbitmqctl stop`); SIGKILL if that does not end it in time."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        with contextlib.suppress(NodeError, subprocess.TimeoutExpired):
+            self.ctl("stop", timeout=STOP_TIMEOUT)
+        try:
+            self.process.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.crash()
+
+    def crash(self) -> None:
+        """A hard crash: SIGKILL to every process of the node."""
+        if self.process is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(STOP_TIMEOUT)
+        self._wait(lambda: not _port_open(self.port), STOP_TIMEOUT, "AMQP port closed")
+
+    def restart(self, *, hard: bool = False) -> None:
+        self.crash() if hard else self.stop()
+        self.start()
+
+    def close(self) -> None:
+        """Stop the node for good and remove everything it wrote."""
+        try:
+            self.stop()
+        finally:
+            self.crash()
+            shutil.rmtree(self.base, ignore_errors=True)
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def ctl(self, *args: str, timeout: float = 60.0) -> str:
+        """Run `rabbitmqctl -n <node> args...` against this node; its output."""
+        try:
+            done = subprocess.run(
+                [_tool("rabbitmqctl"), "-n", self.nodename, *args],
+                env=self._env(),
+                cwd=self.base,
+                capture_output=True,
+                timeout=timeout,
+                **self._user,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise NodeError(f"rabbitmqctl {' '.join(args)} took longer than {timeout}s") from exc
+        if done.returncode != 0:
+            raise NodeError(
+                f"rabbitmqctl {' '.join(args)}: {done.stdout.decode()} {done.stderr.decode()}"
+            )
+        return done.stdout.decode()
+
+    def log_tail(self, lines: int = 40) -> str:
+        texts = []
+        for path in sorted((self.base / "log").glob("*")):
+            with contextlib.suppress(OSError):
+                texts.append(
+                    f"== {path.name}\n"
+                    + "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+                )
+        return "\n".join(texts)
+
+    @staticmethod
+    def _wait(condition: object, timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():  # type: ignore[operator]
+            if time.monotonic() > deadline:
+                raise NodeError(f"timed out waiting for {what}")
+            time.sleep(0.2)
+
+    def _run_as(self) -> dict[str, object]:
+        """Run as `rabbitmq` when we are root (as the Debian wrapper does), else as us."""
+        if os.geteuid() != 0:
+            return {}
+        try:
+            user = pwd.getpwnam(RUN_AS)
+        except KeyError:
+            return {}
+        return {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
+
+    def _env(self) -> dict[str, str]:
+        keep = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TERM")}
+        b = self.base
+        return {
+            **keep,
+            "HOME": str(b),  # holds this node's own .erlang.cookie
+            "LC_ALL": "C.UTF-8",
+            "RABBITMQ_CONF_ENV_FILE": str(b / "rabbitmq-env.conf"),
+            "RABBITMQ_NODENAME": self.nodename,
+            "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+            "RABBITMQ_NODE_PORT": str(self.port),
+            "RABBITMQ_DIST_PORT": str(self.dist_port),
+            "RABBITMQ_MNESIA_BASE": str(b / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(b / "log"),
+            "RABBITMQ_PID_FILE": str(b / "node.pid"),
+            "RABBITMQ_CONFIG_FILE": str(b / "rabbitmq.conf"),
+            "RABBITMQ_ADVANCED_CONFIG_FILE": str(b / "advanced.config"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(b / "enabled_plugins"),
+            "RABBITMQ_ALLOW_INPUT": "",
+            "ERL_EPMD_ADDRESS": "127.0.0.1",
+            "ERL_FLAGS": "-kernel inet_dist_use_interface {127,0,0,1}",
+        }
+
+    def _write_files(self) -> None:
+        b = self.base
+        for sub in ("mnesia", "log"):
+            (b / sub).mkdir(parents=True, exist_ok=True)
+        (b / "rabbitmq-env.conf").write_text("# private test node: everything comes from env\n")
+        (b / "enabled_plugins").write_text("[rabbitmq_management].\n")
+        (b / "advanced.config").write_text("[].\n")
+        (b / "rabbitmq.conf").write_text(
+            f"listeners.tcp.default = 127.0.0.1:{self.port}\n"
+            f"management.tcp.port = {self.management_port}\n"
+            "management.tcp.ip = 127.0.0.1\n"
+            "loopback_users.guest = true\n"
+            "disk_free_limit.absolute = 10MB\n"
+            f"max_message_size = {self.max_message_bytes}\n"
+            "collect_statistics_interval = 1000\n"
+            "log.console = false\n"
+            "log.file.level = info\n"
+        )
+        cookie = b / ".erlang.cookie"
+        cookie.write_text(secrets.token_hex(20).upper())
+        cookie.chmod(0o400)
+        uid, gid = self._user.get("user"), self._user.get("group")
+        if uid is not None:
+            os.chown(b, uid, gid)  # type: ignore[arg-type]
+            for path in b.rglob("*"):
+                os.chown(path, uid, gid)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="session")
+def rabbit_node() -> Iterator[RabbitNode]:
+    """A private node shared by this session's broker-fault tests (they restart it freely)."""
+    try:
+        node = RabbitNode.start_new()
+    except NodeError as exc:
+        pytest.fail(f"cannot start a private RabbitMQ node: {exc}")
+    try:
+        yield node
+    finally:
+        node.close()

@@ -1,0 +1,208 @@
+"""The broker restarted under load, on a private node (never the shared one): the controller,
+the workers and the clients reconnect and keep going, and no request is lost.
+
+Two callers run at once. One uses direct reply-to, as `osrdyne.Client` does: a reply whose
+caller's channel died with the broker has nowhere to go (RabbitMQ's direct reply-to is at most
+once), so requests sent on the old connection and unanswered are counted apart, not as lost.
+The other names a durable quorum queue as `reply_to`: every request of it must be answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import time
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from osrdyne import Client, Status
+from osrdyne.exceptions import ClientError
+from tests.conftest import Running
+from tests.faults.conftest import Caller
+from tests.faults.rabbit_node import RabbitNode
+from tests.faults.report import Tally
+from tests.waiting import eventually
+
+pytestmark = pytest.mark.timeout(240)
+
+BY_DESIGN = "reply lost by design (direct reply-to)"
+
+
+async def load(caller: Caller, pool: str, stop: asyncio.Event, sent: list[str]) -> None:
+    """Requests every 50 ms until `stop`: mostly to a running group, some to new keys."""
+    i = 0
+    while not stop.is_set():
+        if i % 10 == 9:
+            sent.append(await caller.send(pool, f"fresh-{caller.reply_to[-6:]}-{i}", b"new"))
+        else:
+            sent.append(await caller.send(pool, "steady", b"0.3", path="sleep"))
+        i += 1
+        await asyncio.sleep(0.05)
+
+
+@pytest.mark.parametrize("hard", [False, True], ids=["rabbitmqctl-stop", "sigkill"])
+async def test_broker_restart_under_load(
+    hard: bool,
+    rabbit_node: RabbitNode,
+    pool: str,
+    make_controller: Callable[..., Awaitable[Running]],
+    make_caller: Callable[..., Awaitable[Caller]],
+    make_tally: Callable[..., Tally],
+) -> None:
+    how = "SIGKILL + start" if hard else "rabbitmqctl stop + start"
+    direct = make_tally(
+        f"broker restarted under load ({how}), direct reply-to",
+        "requests sent on the connection that died may lose their reply (not the request)",
+    )
+    named = make_tally(
+        f"broker restarted under load ({how}), reply to a quorum queue",
+        "the request and its reply both survive the restart",
+    )
+    node = rabbit_node
+    amqp = {"url": node.amqp_url, "management_url": node.management_url}
+    running = await make_controller(
+        pool,
+        amqp=amqp,
+        queues={"message_ttl": 120},
+        groups={"unbind_delay": 300, "stop_delay": 300},
+        # Workers starting while the broker is down exit and are restarted: keep that short.
+        driver={
+            "kind": "subprocess",
+            "subprocess": {
+                "command": [sys.executable, "-m", "worker_sdk.examples.echo"],
+                "env": {"WORKER_ACTIVITY_INTERVAL": "0.5", "WORKER_DRAIN_TIMEOUT": "5"},
+                "stop_timeout": 5,
+                "restart_backoff": 0.2,
+                "restart_backoff_max": 2,
+            },
+        },
+    )
+    callers = [
+        await make_caller(direct, url=node.amqp_url),
+        await make_caller(named, url=node.amqp_url, reply_queue=f"{pool}-replies"),
+    ]
+    for caller in callers:
+        await caller.send(pool, "steady", b"warm-up")
+        assert not await caller.settle(60, grace=0)
+
+    t0 = time.monotonic()
+
+    def mark(what: str) -> None:
+        print(f"TIMING {time.monotonic() - t0:6.1f}s {what}")
+
+    async with Client(node.amqp_url, name="fault test osrdyne.Client") as client:
+        assert (await client.call(pool, "steady", b"before", timeout=30)).ok
+        stop = asyncio.Event()
+        sent: list[list[str]] = [[], []]
+        loads = [
+            asyncio.create_task(load(c, pool, stop, s), name="load")
+            for c, s in zip(callers, sent, strict=True)
+        ]
+        try:
+            await asyncio.sleep(2)
+            mark("restart")
+            await asyncio.to_thread(node.restart, hard=hard)
+            mark("restarted")
+            # Keep the load on until each caller has sent 20 requests on its new connection.
+            await eventually(
+                lambda: all(
+                    sum(1 for c in s if caller.sent_epoch[c]) >= 20
+                    for caller, s in zip(callers, sent, strict=True)
+                ),
+                what="load after the restart",
+                timeout=90,
+            )
+        finally:
+            stop.set()
+            await asyncio.gather(*loads)
+        # The direct reply-to requests sent before the connection was lost: excused if unanswered.
+        mark("load stopped")
+        direct.excuse([c for c in sent[0] if callers[0].sent_epoch[c] == 0], BY_DESIGN)
+        for caller in callers:
+            await caller.settle(60, grace=2)
+        for tally, caller in zip((direct, named), callers, strict=True):
+            tally.extra["publish retries"] = caller.publish_retries
+            tally.extra["after restart"] = sum(1 for c in tally.sent if caller.sent_epoch.get(c))
+
+        # osrdyne.Client reconnects by itself (calls pending at the loss fail: ConnectionLost).
+        mark("settled")
+        print("SLOWEST", [c.slowest() for c in callers])
+        attempts = 0
+
+        async def client_ok() -> bool:
+            nonlocal attempts
+            attempts += 1
+            with contextlib.suppress(ClientError):
+                return (await client.call(pool, "steady", b"after", timeout=10)).ok
+            return False
+
+        await eventually(client_ok, what="osrdyne.Client answered after the restart", timeout=60)
+        direct.extra["osrdyne.Client calls until ok after restart"] = attempts
+        mark("client ok")
+
+    if named.pending() or direct.row()["lost"]:
+        print("DIAG", await node_queues(node, pool))
+        print("DIAG", running.controller.status())
+        print("DIAG", running.controller.driver.describe())  # type: ignore[attr-defined]
+    assert running.controller.sessions >= 2  # the controller lost its session and came back
+    lost = [c for c in named.pending()] + [c for c in direct.pending() if c not in direct.excused]
+    if (
+        hard
+        and lost
+        and all(
+            caller.keys.get(c, "").startswith("fresh") and not caller.sent_epoch[c]
+            for caller, c in _owners(callers, lost)
+        )
+    ):
+        # Known limit (docs/reliability.md): a request queue declared an instant before the
+        # node is SIGKILLed can come back unusable (basic.consume answers INTERNAL_ERROR).
+        running.controller.stop()
+        stopped = True
+        try:
+            await asyncio.wait_for(asyncio.shield(running.task), 60)
+        except TimeoutError:
+            stopped = False
+            running.task.cancel()
+            await asyncio.gather(running.task, return_exceptions=True)
+        pytest.xfail(
+            f"controller stopped within 60 s: {stopped}; "
+            f"orphan(s) forwarded just before the SIGKILL not answered: "
+            f"{[caller.describe([c]) for caller, c in _owners(callers, lost)]}"
+        )
+    assert named.row()["lost"] == 0, (named.row(), callers[1].describe(named.pending()))
+    assert direct.row()["lost"] == 0, direct.row()
+    for tally in (direct, named):
+        assert set(tally.row()["errors"]) <= {Status.EXPIRED}  # only if the outage was long
+        assert tally.row()["extra"]["after restart"] > 0
+    assert named.row()["ok"] == len(named.sent)
+
+
+async def node_queues(node: RabbitNode, pool: str) -> list[tuple[str, int, int, int]]:
+    """(name, ready, unacked, consumers) of the pool's queues on the node (diagnostics)."""
+    import httpx
+
+    async with httpx.AsyncClient(
+        base_url=node.management_url + "/api", auth=("guest", "guest"), timeout=10
+    ) as http:
+        items = (
+            await http.get(
+                "/queues/%2F",
+                params={"columns": "name,messages_ready,messages_unacknowledged,consumers"},
+            )
+        ).json()
+    return [
+        (
+            q["name"],
+            q.get("messages_ready", 0),
+            q.get("messages_unacknowledged", 0),
+            q.get("consumers", 0),
+        )
+        for q in items
+        if q["name"].startswith(pool)
+    ]
+
+
+def _owners(callers: list[Caller], cids: list[str]) -> list[tuple[Caller, str]]:
+    return [(caller, c) for c in cids for caller in callers if c in caller.keys]

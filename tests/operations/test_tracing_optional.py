@@ -1,0 +1,36 @@
+"""Tracing is optional: without OpenTelemetry the helpers add nothing and cost nothing (the
+module-level import is simulated away; the real absence is an install without `[otel]`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from osrdyne import protocol, tracing
+from worker_sdk import tracing as worker_tracing
+
+
+def test_without_opentelemetry_nothing_is_injected(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tracing, "trace", None)
+    monkeypatch.setattr(worker_tracing, "trace", None)
+    monkeypatch.setattr(worker_tracing, "propagate", None)
+    headers: dict[str, Any] = {}
+    with tracing.call_span("p", "k", None) as span:
+        span.inject(headers)
+        span.finish("ok")
+    with worker_tracing.handling(
+        {"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}, key="k", pool="p", path=None
+    ) as handle:
+        assert handle is None
+        worker_tracing.inject(headers)
+    assert headers == {}
+
+
+def test_trace_headers_are_copied_as_text() -> None:
+    parent = "00-" + "a" * 32 + "-" + "b" * 16 + "-01"
+    found = protocol.trace_headers(
+        {"traceparent": parent.encode(), "x-status": "ok", "tracestate": 1}
+    )
+    assert found == {"traceparent": parent}
+    assert protocol.trace_headers(None) == {}

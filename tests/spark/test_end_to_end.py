@@ -1,0 +1,87 @@
+"""The real query worker process, started by an osrdyne controller with the subprocess
+driver, answers clients through RabbitMQ: queries, errors, an unknown key, a traversal key.
+
+One Spark worker process in all (the unknown and invalid keys are refused before Spark
+starts, so their workers are cheap).
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from osrdyne import Client
+from tests.spark.conftest import TRIPS_ROWS
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def spark_driver(tmp_path: Path, dataset_root: Path) -> dict[str, Any]:
+    return {
+        "kind": "subprocess",
+        "subprocess": {
+            "command": [sys.executable, "-m", "spark_workers.query_worker"],
+            "env": {
+                "WORKER_ACTIVITY_INTERVAL": "1",
+                "WORKER_DRAIN_TIMEOUT": "5",
+                "SPARK_WORKER_DATASET_ROOT": str(dataset_root),
+                "SPARK_WORKER_MASTER": "local[2]",
+                "SPARK_WORKER_DRIVER_MEMORY": "1g",
+                "SPARK_LOCAL_IP": "127.0.0.1",
+            },
+            "owner": str(tmp_path / "workers"),
+            "stop_timeout": 10,
+            "restart_backoff": 0.5,
+        },
+    }
+
+
+async def test_query_worker_through_osrdyne(
+    pool: str,
+    make_controller: Callable[..., Awaitable[Any]],
+    client: Client,
+    datasets: Path,
+    tmp_path: Path,
+) -> None:
+    await make_controller(pool, driver=spark_driver(tmp_path, datasets))
+
+    # Cold: the controller starts a worker, which starts Spark and loads the dataset.
+    first = await client.call(
+        pool,
+        "trips",
+        {"group_by": ["city"], "aggregates": [{"fn": "count", "as": "n"}]},
+        timeout=180,
+    )
+    assert first.status == "ok", first.body[:500]
+    assert sum(r["n"] for r in first.json()["rows"]) == TRIPS_ROWS
+
+    schema = await client.call(pool, "trips", path="schema", timeout=60)
+    assert schema.status == "ok" and schema.json()["rows"] == TRIPS_ROWS
+
+    sql = "SELECT payment, count(*) AS n FROM dataset GROUP BY payment ORDER BY payment"
+    arrow = await client.call(pool, "trips", {"sql": sql, "format": "arrow"}, timeout=60)
+    assert arrow.status == "ok"
+    table = pa.ipc.open_stream(io.BytesIO(arrow.body)).read_all()
+    assert sum(table.column("n").to_pylist()) == TRIPS_ROWS
+
+    refused = await client.call(pool, "trips", {"sql": "DROP VIEW dataset"}, timeout=60)
+    assert refused.status == "worker_error"
+    assert "only SELECT queries are allowed" in refused.json()["error"]
+    bad = await client.call(pool, "trips", b"{oops", timeout=60)
+    assert bad.status == "worker_error" and "invalid query document" in bad.json()["error"]
+
+    # Keys that name no dataset: the worker starts, and answers with the reason.
+    unknown = await client.call(pool, "nope", {}, timeout=120)
+    assert unknown.status == "worker_error"
+    assert "unknown dataset 'nope'" in unknown.json()["error"]
+    again = await client.call(pool, "nope", {}, path="schema", timeout=60)
+    assert again.status == "worker_error"
+    traversal = await client.call(pool, "../etc", {}, timeout=120)
+    assert traversal.status == "worker_error"
+    assert "invalid dataset key" in traversal.json()["error"]

@@ -1,0 +1,237 @@
+"""The worker SDK in-process against real queues (no controller): handlers, endpoints,
+requeue, draining on stop, and rate-limited activity reports."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import aio_pika
+import pytest
+
+from osrdyne import Client, Response
+from osrdyne.protocol import PoolNames
+from tests import broker
+from tests.waiting import eventually
+from worker_sdk import HandlerError, Request, Requeue, Worker, WorkerSettings
+
+
+@dataclass
+class Harness:
+    worker: Worker
+    names: PoolNames
+    key: str
+    channel: aio_pika.abc.AbstractChannel
+    activity: list[str]
+    stop: asyncio.Event
+    task: asyncio.Task[None]
+
+    async def call(
+        self,
+        body: bytes = b"",
+        *,
+        path: str | None = None,
+        headers: dict[str, Any] | None = None,
+        timeout: float = 20,
+    ) -> Response:
+        """Publish straight to the group's queue (no controller here) and await the answer."""
+        replies = await self.channel.declare_queue(exclusive=True, auto_delete=True)
+        all_headers = dict(headers or {})
+        if path:
+            all_headers["x-rpc-path"] = path
+        correlation_id = uuid.uuid4().hex
+        await self.channel.default_exchange.publish(
+            aio_pika.Message(
+                body, headers=all_headers, reply_to=replies.name, correlation_id=correlation_id
+            ),
+            routing_key=self.names.request_queue(self.key),
+        )
+        message = await _get(replies, timeout)
+        await replies.delete(if_unused=False, if_empty=False)
+        return Response.from_message(message.body, message.headers, message.correlation_id)
+
+
+async def _get(
+    queue: aio_pika.abc.AbstractQueue, timeout: float
+) -> aio_pika.abc.AbstractIncomingMessage:
+    async def poll() -> aio_pika.abc.AbstractIncomingMessage | None:
+        return await queue.get(no_ack=True, fail=False)
+
+    return await eventually(poll, timeout=timeout, interval=0.02, what="a reply")
+
+
+@pytest.fixture
+async def harness(pool: str, amqp_url: str) -> AsyncIterator[Callable[..., Any]]:
+    """Start an in-process worker on a queue of its own; stopped and checked after the test."""
+    started: list[Harness] = []
+    connection = await aio_pika.connect(amqp_url)
+
+    async def start(worker_factory: Callable[[WorkerSettings], Worker], **settings: Any) -> Harness:
+        names, key = PoolNames(pool), "k"
+        channel = await connection.channel()
+        activity_x = await channel.declare_exchange(
+            names.activity_exchange, aio_pika.ExchangeType.FANOUT, auto_delete=True
+        )
+        activity_q = await channel.declare_queue(exclusive=True)
+        await activity_q.bind(activity_x)
+        await channel.declare_queue(names.request_queue(key), auto_delete=False)
+        events: list[str] = []
+
+        async def on_activity(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+            events.append((message.headers or {})["x-event"])  # type: ignore[arg-type]
+
+        await activity_q.consume(on_activity, no_ack=True)
+        worker = worker_factory(
+            WorkerSettings(
+                id="w1",
+                key=key,
+                pool=pool,
+                requests_queue=names.request_queue(key),
+                activity_exchange=names.activity_exchange,
+                amqp_uri=amqp_url,
+                **settings,
+            )
+        )
+        stop = asyncio.Event()
+        task = asyncio.create_task(worker.serve(stop), name="worker under test")
+        h = Harness(worker, names, key, channel, events, stop, task)
+        started.append(h)
+        await eventually(lambda: "ready" in events, what="worker ready")
+        return h
+
+    yield start
+    for h in started:
+        h.stop.set()
+        await asyncio.wait_for(h.task, 30)
+    await connection.close()
+    await broker.delete_pool_objects(pool)
+
+
+def echo_worker(settings: WorkerSettings) -> Worker:
+    worker = Worker(settings)
+
+    @worker.handler()
+    async def echo(request: Request) -> bytes:
+        return request.body
+
+    @worker.handler("thread")
+    def thread_name(request: Request) -> str:
+        return threading.current_thread().name
+
+    @worker.handler("json")
+    def as_json(request: Request) -> dict[str, Any]:
+        return {"got": request.json()}
+
+    @worker.handler("refuse")
+    async def refuse(request: Request) -> None:
+        raise HandlerError("not today", details={"why": "testing"})
+
+    return worker
+
+
+async def test_handlers_by_path_sync_ones_off_the_event_loop(harness: Any) -> None:
+    h = await harness(echo_worker)
+    assert (await h.call(b"abc")).body == b"abc"
+    thread = await h.call(path="thread")
+    assert thread.ok and thread.text.startswith("handler")
+    assert (await h.call(b'{"a": 1}', path="json")).json() == {"got": {"a": 1}}
+
+
+async def test_failures_are_error_responses_with_details(harness: Any) -> None:
+    h = await harness(echo_worker, error_status="core_error")
+    refused = await h.call(path="refuse")
+    assert refused.status == "core_error"
+    assert refused.json()["error"] == "not today"
+    assert refused.json()["details"] == {"why": "testing"}
+    unknown = await h.call(path="nope")
+    assert unknown.status == "core_error"
+    assert unknown.json()["details"]["known_paths"] == ["json", "refuse", "thread"]
+    bad_json = await h.call(b"{", path="json")
+    assert bad_json.status == "core_error" and "JSONDecodeError" in bad_json.json()["error"]
+    assert h.worker.stats["failed"] == 3
+
+
+async def test_requeue_gives_the_request_back(harness: Any) -> None:
+    attempts: list[bool] = []
+
+    def factory(settings: WorkerSettings) -> Worker:
+        worker = Worker(settings)
+
+        @worker.handler()
+        async def flaky(request: Request) -> str:
+            attempts.append(request.redelivered)
+            if len(attempts) == 1:
+                raise Requeue("busy")
+            return "second time lucky"
+
+        return worker
+
+    h = await harness(factory)
+    assert (await h.call()).text == "second time lucky"
+    assert attempts == [False, True]
+
+
+async def test_stop_drains_in_flight_requests(harness: Any) -> None:
+    release = asyncio.Event()
+
+    def factory(settings: WorkerSettings) -> Worker:
+        worker = Worker(settings)
+
+        @worker.handler()
+        async def slow(request: Request) -> str:
+            await release.wait()
+            return "finished"
+
+        return worker
+
+    h = await harness(factory)
+    pending = asyncio.create_task(h.call(timeout=30))
+    await eventually(
+        lambda: h.worker.stats.get("ok", 0) == 0 and len(h.worker._in_flight) == 1,
+        what="request in flight",
+    )
+    h.stop.set()
+    await asyncio.sleep(0.2)
+    release.set()
+    assert (await pending).text == "finished"
+    await asyncio.wait_for(h.task, 30)
+    queue = await h.channel.declare_queue(h.names.request_queue(h.key), passive=True)
+    assert queue.declaration_result.message_count == 0  # acked, not requeued
+
+
+async def test_a_request_past_its_deadline_is_skipped_as_expired(harness: Any) -> None:
+    h = await harness(echo_worker)
+    response = await h.call(b"late", headers={"x-deadline": 1000})
+    assert response.status == "expired"
+    assert h.worker.stats["expired"] == 1 and h.worker.stats["ok"] == 0
+
+
+async def test_activity_reports_are_rate_limited(harness: Any) -> None:
+    h = await harness(echo_worker, activity_interval=0.5, concurrency=8)
+    answers = await asyncio.gather(*(h.call(b"x") for _ in range(40)))
+    assert all(a.ok for a in answers)
+    # The burst is folded into a report flushed at the next interval, not one per request.
+    await eventually(lambda: "request-received" in h.activity, what="folded report")
+    assert h.activity[:2] == ["started", "ready"]
+    assert 1 <= h.activity.count("request-received") < 10
+
+
+async def test_client_stream_yields_progress_then_the_answer(
+    controller: Any, client: Client, pool: str
+) -> None:
+    kinds = [r.interim async for r in client.stream(pool, "s", path="progress", timeout=60)]
+    assert kinds == [True, True, True, False]
+
+
+async def test_worker_consumes_again_after_its_connection_is_dropped(harness: Any) -> None:
+    """The broker force-closes the worker's connection; it reconnects and serves again."""
+    from tests.client.test_reply_queues import close_connection, find_connection
+
+    h = await harness(echo_worker)
+    assert (await h.call(b"before")).ok
+    await close_connection(await find_connection(f"worker w1 ({h.names.pool})"))
+    assert (await h.call(b"after", timeout=60)).body == b"after"

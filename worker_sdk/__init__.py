@@ -1,0 +1,19 @@
+"""worker_sdk: write keyed osrdyne workers.
+
+    worker = Worker()
+
+    @worker.handler()
+    async def echo(request: Request) -> bytes:
+        return request.body
+
+    worker.run()
+
+Only `osrdyne.protocol` is imported from osrdyne: the SDK never depends on the controller.
+"""
+
+from worker_sdk.errors import HandlerError, Requeue
+from worker_sdk.request import Request
+from worker_sdk.settings import WorkerSettings
+from worker_sdk.worker import Worker
+
+__all__ = ["HandlerError", "Request", "Requeue", "Worker", "WorkerSettings"]

@@ -1,0 +1,54 @@
+"""The worker's configuration, read once from the environment every driver sets.
+
+The protocol variables (`WORKER_ID`, `WORKER_KEY`, ...) are required; the tuning ones have
+defaults and are optional, so an OSRD core worker's environment is enough to run.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class WorkerSettings(BaseSettings):
+    """Settings of one worker process; every field is read from `WORKER_<NAME>`."""
+
+    model_config = SettingsConfigDict(env_prefix="WORKER_", extra="ignore")
+
+    id: str = Field(description="Unique identifier of this worker (WORKER_ID).")
+    key: str = Field(description="The worker key this worker's group serves (WORKER_KEY).")
+    pool: str = Field(description="The worker pool (WORKER_POOL).")
+    requests_queue: str = Field(description="Queue to consume requests from.")
+    activity_exchange: str = Field(description="Exchange activity reports are published to.")
+    amqp_uri: str = Field(
+        default="amqp://guest:guest@127.0.0.1:5672/%2F",
+        description="Broker URI (WORKER_AMQP_URI).",
+    )
+    concurrency: int = Field(
+        default=4, ge=1, description="Requests handled at once; also the consumer prefetch."
+    )
+    activity_interval: float = Field(
+        default=5.0,
+        gt=0,
+        description="At most one `request-received` report per this many seconds; a busy "
+        "worker also reports once per interval while requests are in flight.",
+    )
+    drain_timeout: float = Field(
+        default=30.0, ge=0, description="Seconds in-flight requests get to finish on SIGTERM."
+    )
+    error_status: str = Field(
+        default="worker_error",
+        description="`x-status` of a response to a handler's failure (OSRD core: core_error).",
+    )
+    metrics_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description="Serve this worker's Prometheus metrics on 127.0.0.1 at this port "
+        "(WORKER_METRICS_PORT); unset: not served.",
+    )
+    queue_wait_timeout: float = Field(
+        default=120.0,
+        gt=0,
+        description="Seconds to wait at start for the request queue to exist before giving up.",
+    )

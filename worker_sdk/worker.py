@@ -1,0 +1,364 @@
+"""The worker: consume a group's queue, run handlers, reply, ack, report activity.
+
+Life of a worker: publish `started`, run the startup hooks (load what the key names), wait for
+the request queue, consume it, publish `ready`. Each request is replied to and only then acked.
+On SIGTERM it stops consuming, gives in-flight requests `drain_timeout` to finish, and closes;
+whatever was abandoned is requeued by the broker and said in the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import inspect
+import json
+import logging
+import signal
+import time
+import traceback
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import aio_pika
+import aio_pika.abc
+import aio_pika.exceptions
+import tenacity
+
+from osrdyne.protocol import DIRECT_REPLY_TO, Event, Header, Status
+from worker_sdk import activity, errors, request, tracing
+from worker_sdk.metrics import WorkerMetrics
+from worker_sdk.settings import WorkerSettings
+
+logger = logging.getLogger(__name__)
+
+#: Longest wait for one broker call while shutting down.
+_BROKER_STEP_TIMEOUT = 5.0
+
+Handler = Callable[[request.Request], Any]
+Hook = Callable[["Worker"], Any]
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Worker:
+    """A keyed worker. Register handlers, then `run()` (or `await serve(stop)`)."""
+
+    def __init__(self, settings: WorkerSettings | None = None) -> None:
+        self.settings = settings if settings is not None else WorkerSettings()  # type: ignore[call-arg]
+        #: Whatever startup hooks load for the key (a dataset, a model...): free for users.
+        self.state: dict[str, Any] = {}
+        self._handlers: dict[str | None, Handler] = {}
+        self._startup: list[Hook] = []
+        self._shutdown: list[Hook] = []
+        self._threads = concurrent.futures.ThreadPoolExecutor(
+            max_workers=self.settings.concurrency, thread_name_prefix="handler"
+        )
+        self._in_flight: set[asyncio.Task[None]] = set()
+        self._reporter: activity.ActivityReporter | None = None
+        self._channel: aio_pika.abc.AbstractChannel | None = None
+        self._fast_channel: aio_pika.abc.AbstractChannel | None = None
+        #: Counters of what this worker did (handled ok, failed, requeued, expired).
+        self.stats: dict[str, int] = {"ok": 0, "failed": 0, "requeued": 0, "expired": 0}
+        #: The same counts and handler latency, for Prometheus (`WORKER_METRICS_PORT`).
+        self.metrics = WorkerMetrics()
+
+    # -- registration ---------------------------------------------------------------------
+
+    def handler(self, path: str | None = None) -> Callable[[F], F]:
+        """Register a handler for requests whose `x-rpc-path` is `path` (None: the default)."""
+
+        def register(fn: F) -> F:
+            if path in self._handlers:
+                raise ValueError(f"a handler for path {path!r} is already registered")
+            self._handlers[path] = fn
+            return fn
+
+        return register
+
+    def on_startup(self, fn: F) -> F:
+        """Run `fn(worker)` before consuming (sync hooks run in a thread)."""
+        self._startup.append(fn)
+        return fn
+
+    def on_shutdown(self, fn: F) -> F:
+        """Run `fn(worker)` after the last request was handled."""
+        self._shutdown.append(fn)
+        return fn
+
+    # -- running --------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Serve until SIGTERM or SIGINT, then drain. The entry point of a worker process."""
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+
+        async def main() -> None:
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, stop.set)
+            await self.serve(stop)
+
+        asyncio.run(main())
+
+    async def serve(self, stop: asyncio.Event) -> None:
+        """Serve requests until `stop` is set, then drain in-flight work and close."""
+        s = self.settings
+        if s.metrics_port is not None:
+            try:
+                self.metrics.serve(s.metrics_port)
+            except OSError as exc:  # e.g. the port is taken by a sibling worker: serve anyway
+                logger.warning("cannot serve metrics on port %d: %s", s.metrics_port, exc)
+        connection = await aio_pika.connect_robust(
+            s.amqp_uri,
+            client_properties={"connection_name": f"worker {s.id} ({s.pool})"},
+            reconnect_interval=1,
+        )
+        try:
+            channel = await connection.channel(publisher_confirms=True)
+            self._channel = channel
+            self._fast_channel = await connection.channel(publisher_confirms=False)
+            await channel.set_qos(prefetch_count=s.concurrency)
+            reporter = activity.ActivityReporter(
+                channel,
+                exchange=s.activity_exchange,
+                key=s.key,
+                worker_id=s.id,
+                interval=s.activity_interval,
+            )
+            self._reporter = reporter
+            await reporter.emit(Event.STARTED)
+            logger.info("worker %s started for key %r of pool %r", s.id, s.key, s.pool)
+            for hook in self._startup:
+                await self._call(hook, self)
+            queue, tag = await self._consume(connection, channel)
+            await reporter.emit(Event.READY)
+            heartbeat = asyncio.create_task(reporter.run(), name="activity-heartbeat")
+            await stop.wait()
+            logger.info("stopping: no new requests, draining %d in flight", len(self._in_flight))
+            # Bounded: with the broker gone, a robust channel would wait for a reconnection
+            # that may never come, and the worker would ignore SIGTERM.
+            try:
+                await asyncio.wait_for(queue.cancel(tag), _BROKER_STEP_TIMEOUT)
+            except (TimeoutError, aio_pika.exceptions.AMQPError, ConnectionError):
+                logger.warning("could not cancel the consumer (broker unreachable?)")
+            await self._drain()
+            heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeat
+            for hook in self._shutdown:
+                await self._call(hook, self)
+        finally:
+            try:
+                await asyncio.wait_for(connection.close(), _BROKER_STEP_TIMEOUT)
+            except (TimeoutError, aio_pika.exceptions.AMQPError, ConnectionError):
+                logger.warning("could not close the connection cleanly (broker unreachable?)")
+            self._threads.shutdown(wait=False, cancel_futures=True)
+            await asyncio.to_thread(self.metrics.close)
+
+    async def _consume(
+        self,
+        connection: aio_pika.abc.AbstractRobustConnection,
+        channel: aio_pika.abc.AbstractChannel,
+    ) -> tuple[aio_pika.abc.AbstractQueue, str]:
+        """Consume the request queue once the controller has created it.
+
+        Retried with back-off: the queue may not exist yet (a failed passive declare closes
+        its channel, so existence is checked on a spare one), and RabbitMQ before 4.1 drops
+        the whole connection (541 INTERNAL_ERROR, `{badmatch,{error,noproc}}`,
+        rabbitmq-server#13625) when a consumer attaches to a quorum queue whose Raft member is
+        not running yet, e.g. right after the queue was declared; the robust connection comes
+        back and the next attempt succeeds.
+        """
+        name = self.settings.requests_queue
+
+        @tenacity.retry(
+            retry=tenacity.retry_if_exception_type(
+                (aio_pika.exceptions.AMQPError, ConnectionError)
+            ),
+            wait=tenacity.wait_exponential(multiplier=0.05, max=2),
+            stop=tenacity.stop_after_delay(self.settings.queue_wait_timeout),
+            before_sleep=tenacity.before_sleep_log(logger, logging.INFO),
+            reraise=True,
+        )
+        async def attempt() -> tuple[aio_pika.abc.AbstractQueue, str]:
+            async with connection.channel() as spare:
+                await spare.declare_queue(name, passive=True)
+            # Declared (passively) on the robust channel, so its consumer is restored after
+            # a reconnect; a queue obtained by name only would silently stop being consumed.
+            queue = await channel.declare_queue(name, passive=True)
+            return queue, await queue.consume(self._on_message)
+
+        return await attempt()
+
+    async def _drain(self) -> None:
+        if not self._in_flight:
+            return
+        done, pending = await asyncio.wait(self._in_flight, timeout=self.settings.drain_timeout)
+        for task in pending:
+            task.cancel()
+        if pending:
+            logger.warning(
+                "drain timeout: %d request(s) abandoned, the broker will redeliver them",
+                len(pending),
+            )
+            await asyncio.wait(pending, timeout=1)
+
+    async def _on_message(self, message: aio_pika.abc.AbstractIncomingMessage) -> None:
+        # aiormq runs each delivery in a task of its own: track it for draining.
+        task = asyncio.current_task()
+        assert task is not None
+        self._in_flight.add(task)
+        try:
+            await self._handle(message)
+        finally:
+            self._in_flight.discard(task)
+
+    def _count(self, outcome: str) -> None:
+        self.stats[outcome] += 1
+        self.metrics.requests.labels(outcome).inc()
+
+    async def _handle(self, message: aio_pika.abc.AbstractIncomingMessage) -> None:
+        assert self._reporter is not None
+        self._reporter.request_started()
+        try:
+            path = (message.headers or {}).get(Header.RPC_PATH)
+            if isinstance(path, bytes):
+                path = path.decode(errors="replace")
+            with tracing.handling(
+                message.headers,
+                key=self.settings.key,
+                pool=self.settings.pool,
+                path=path if isinstance(path, str) else None,
+            ):
+                await self._handle_one(message)
+        except Exception:
+            # Replying failed (connection lost...): leave it unacked, the broker redelivers.
+            logger.exception(
+                "could not complete request %s",
+                message.correlation_id,
+                extra=self._fields(message.correlation_id),
+            )
+        finally:
+            self._reporter.request_finished()
+
+    async def _handle_one(self, message: aio_pika.abc.AbstractIncomingMessage) -> None:
+        req = request.Request(
+            message,
+            key=self.settings.key,
+            progress_sender=lambda body, ctype: self._reply(
+                message, body, content_type=ctype, status=Status.OK, interim=True
+            ),
+            loop=asyncio.get_running_loop(),
+        )
+        left = req.time_left()
+        if left is not None and left <= 0:
+            self._count("expired")
+            body = self._error_body(req, "the caller's deadline passed before the work started")
+            await self._reply(message, body, status=Status.EXPIRED)
+            await message.ack()
+            return
+        try:
+            result = await self._dispatch(req)
+        except errors.Requeue as exc:
+            self._count("requeued")
+            if exc.delay:
+                await asyncio.sleep(exc.delay)
+            await message.reject(requeue=True)
+            return
+        except errors.HandlerError as exc:
+            self._count("failed")
+            body = self._error_body(req, exc.message, details=exc.details)
+            await self._reply(message, body, status=exc.status or self.settings.error_status)
+        except Exception as exc:
+            self._count("failed")
+            logger.exception(
+                "handler failed on request %s",
+                req.correlation_id,
+                extra=self._fields(req.correlation_id),
+            )
+            body = self._error_body(
+                req, f"{type(exc).__name__}: {exc}", details={"traceback": _short_tb(exc)}
+            )
+            await self._reply(message, body, status=self.settings.error_status)
+        else:
+            self._count("ok")
+            data, content_type = request.encode_body(result)
+            await self._reply(message, data, content_type=content_type, status=Status.OK)
+        await message.ack()
+
+    async def _dispatch(self, req: request.Request) -> Any:
+        handler = self._handlers.get(req.path)
+        if handler is None:
+            known = sorted(p for p in self._handlers if p is not None)
+            raise errors.HandlerError(
+                f"no handler for path {req.path!r}", details={"known_paths": known}
+            )
+        began = time.monotonic()
+        try:
+            return await self._call(handler, req)
+        finally:
+            elapsed = time.monotonic() - began
+            self.metrics.handler_seconds.labels(req.path or "").observe(elapsed)
+
+    async def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Await async callables; run sync ones in the handler thread pool."""
+        if inspect.iscoroutinefunction(fn):
+            return await fn(*args)
+        loop = asyncio.get_running_loop()
+        result = await loop.run_in_executor(self._threads, fn, *args)
+        if isinstance(result, Awaitable):
+            return await result
+        return result
+
+    def _fields(self, correlation_id: str | None) -> dict[str, Any]:
+        """`extra=` of a log line about a request (rendered by structured log set-ups)."""
+        s = self.settings
+        return {"pool": s.pool, "key": s.key, "worker_id": s.id, "correlation_id": correlation_id}
+
+    def _error_body(self, req: request.Request, message: str, *, details: Any = None) -> bytes:
+        doc = {
+            "error": message,
+            "key": self.settings.key,
+            "path": req.path,
+            "worker_id": self.settings.id,
+            "time": time.time(),
+        }
+        if details is not None:
+            doc["details"] = details
+        return json.dumps(doc, default=str).encode()
+
+    async def _reply(
+        self,
+        message: aio_pika.abc.AbstractIncomingMessage,
+        body: bytes,
+        *,
+        status: str,
+        content_type: str | None = "application/json",
+        interim: bool = False,
+    ) -> None:
+        if not message.reply_to:
+            return
+        assert self._channel is not None and self._fast_channel is not None
+        headers: dict[str, Any] = {Header.STATUS: status}
+        if interim:
+            headers[Header.NON_TERMINATING] = True
+        tracing.inject(headers)  # the handler's span, when tracing is on
+        reply = aio_pika.Message(
+            body,
+            headers=headers,
+            correlation_id=message.correlation_id,
+            content_type=content_type,
+        )
+        # A confirm means nothing for a direct reply-to address (the broker hands the reply
+        # to the caller's channel or drops it): those go on a channel without confirms;
+        # replies to named queues are confirmed before the request is acked.
+        direct = message.reply_to.startswith(DIRECT_REPLY_TO)
+        channel = self._fast_channel if direct else self._channel
+        # mandatory=False: RabbitMQ 3.10 bounces mandatory replies to direct reply-to.
+        await channel.default_exchange.publish(reply, routing_key=message.reply_to, mandatory=False)
+
+
+def _short_tb(exc: BaseException) -> list[str]:
+    return [line.rstrip() for line in traceback.format_exception(exc)[-4:]]
