@@ -10,8 +10,7 @@ the trace around its handler and puts it on its reply, and the controller's own 
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, MutableMapping
+from collections.abc import MutableMapping
 from typing import Any
 
 try:
@@ -60,12 +59,14 @@ class CallSpan:
         self._span.end()
 
 
-@contextlib.contextmanager
-def call_span(pool: str, key: str, path: str | None) -> Iterator[CallSpan]:
-    """A CLIENT span "osrdyne.call" (not made current, so it is safe across generator yields)."""
+NO_SPAN = CallSpan(None)
+
+
+def start_call_span(pool: str, key: str, path: str | None) -> CallSpan:
+    """A CLIENT span "osrdyne.call", not made current: it lives across the call's awaits and
+    ends with `CallSpan.finish`."""
     if not _configured():
-        yield CallSpan(None)
-        return
+        return NO_SPAN
     span = trace.get_tracer("osrdyne").start_span(
         "osrdyne.call",
         kind=trace.SpanKind.CLIENT,
@@ -78,4 +79,4 @@ def call_span(pool: str, key: str, path: str | None) -> Iterator[CallSpan]:
             "osrdyne.path": path or "",
         },
     )
-    yield CallSpan(span)
+    return CallSpan(span)

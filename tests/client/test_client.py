@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import aio_pika
 import pytest
 
 from osrdyne import Client, PoolNotFound, RequestTimeout, SyncClient
@@ -45,3 +46,23 @@ async def test_sync_client(controller: Running, pool: str, amqp_url: str) -> Non
             return sync.call(pool, "sync", b"blocking", timeout=60).body
 
     assert await asyncio.to_thread(blocking) == b"blocking"
+
+
+async def test_a_pool_that_routes_nowhere_is_a_clear_error_not_a_timeout(
+    controller: Running, client: Client, pool: str, amqp_url: str
+) -> None:
+    """A request exchange whose orphan route is gone returns the request (`mandatory`): the
+    call fails at once instead of waiting for its timeout."""
+    broken = pool + "-broken"
+    connection = await aio_pika.connect(amqp_url)
+    async with connection:
+        channel = await connection.channel()
+        exchange = await channel.declare_exchange(
+            f"{broken}-req-xchg", aio_pika.ExchangeType.DIRECT, auto_delete=False
+        )
+        try:
+            with pytest.raises(PoolNotFound, match="orphan queue is missing"):
+                await client.call(broken, "k", b"lost?", timeout=600)
+        finally:
+            await exchange.delete()
+    assert (await client.call(pool, "k", b"still fine", timeout=60)).ok

@@ -16,9 +16,9 @@ def test_without_opentelemetry_nothing_is_injected(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(worker_tracing, "trace", None)
     monkeypatch.setattr(worker_tracing, "propagate", None)
     headers: dict[str, Any] = {}
-    with tracing.call_span("p", "k", None) as span:
-        span.inject(headers)
-        span.finish("ok")
+    span = tracing.start_call_span("p", "k", None)
+    span.inject(headers)
+    span.finish("ok")
     with worker_tracing.handling(
         {"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}, key="k", pool="p", path=None
     ) as handle:
