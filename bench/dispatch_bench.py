@@ -663,7 +663,8 @@ async def measure_warm(bench: Bench, results: dict[str, Any]) -> dict[str, Syste
         systems["osrdyne"] = System(
             "osrdyne",
             f"{args.queue_type} queue via `{bench.pool.split('-')[0]}-…-req-xchg`; confirms: "
-            f"requests {confirm}, replies on (worker_sdk's channel); worker prefetch {c} "
+            f"requests {confirm}, replies off (direct reply-to: a confirm guarantees nothing); "
+            f"worker prefetch {c} "
             "(WORKER_CONCURRENCY); mandatory, expiration and x-deadline on every request",
         )
         runs["osrdyne"] = (
