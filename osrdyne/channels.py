@@ -20,6 +20,7 @@ class ChannelPool:
         self._idle: asyncio.Queue[aio_pika.abc.AbstractChannel | None] = asyncio.Queue()
         for _ in range(size):
             self._idle.put_nowait(None)
+        self._closing: set[asyncio.Future[None]] = set()
 
     @contextlib.asynccontextmanager
     async def channel(self) -> AsyncIterator[aio_pika.abc.AbstractChannel]:
@@ -28,12 +29,23 @@ class ChannelPool:
             if channel is None or channel.is_closed:
                 channel = await self._connection.channel()
             yield channel
+        except (TimeoutError, asyncio.CancelledError):
+            # Abandoned in the middle of an operation: an answer may still come. Never hand it
+            # out again; close it in the background (aiormq already does when an RPC of it
+            # was cancelled).
+            if channel is not None and not channel.is_closed:
+                closing = asyncio.ensure_future(channel.close())
+                self._closing.add(closing)
+                closing.add_done_callback(self._closing.discard)
+            channel = None
+            raise
         finally:
             self._idle.put_nowait(
                 channel if channel is not None and not channel.is_closed else None
             )
 
     async def close(self) -> None:
+        await asyncio.gather(*self._closing, return_exceptions=True)
         while not self._idle.empty():
             channel = self._idle.get_nowait()
             if channel is not None and not channel.is_closed:

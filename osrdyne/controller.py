@@ -162,6 +162,7 @@ class Controller:
             tracker=tracker,
             interval=s.groups.loop_interval,
             metrics=self.metrics,
+            operation_timeout=s.amqp.operation_timeout,
         )
         group_loop = WorkerGroupLoop(
             driver=self.driver,

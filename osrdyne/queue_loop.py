@@ -3,7 +3,8 @@
 It creates and binds the queues of Active groups, unbinds those of Unbound groups and deletes
 those of stopped groups, then publishes the generation it reached with the actual state, which
 the orphan processor waits on before it forwards a request. A queue is only deleted when it
-has no consumer and no message: a queue that still holds requests brings its group back.
+has no consumer and both the broker (passive declare) and the management API count no
+message: a queue that still holds requests, or that cannot be counted, brings its group back.
 """
 
 from __future__ import annotations
@@ -47,6 +48,11 @@ class QueueNotEmpty(Exception):
     """A queue to delete still holds requests: its group must serve them first."""
 
 
+class QueueUnavailable(Exception):
+    """The broker cannot say what a queue to delete holds (a quorum queue with no online
+    member): kept, and its group required again, until it can be counted."""
+
+
 class RequestQueueLoop:
     def __init__(
         self,
@@ -58,6 +64,7 @@ class RequestQueueLoop:
         tracker: PoolStateTracker,
         interval: float,
         metrics: ControllerMetrics,
+        operation_timeout: float = 10.0,
         concurrency: int = 8,
     ) -> None:
         self._channels = ChannelPool(connection, size=concurrency)
@@ -68,6 +75,7 @@ class RequestQueueLoop:
         self._interval = interval
         self._metrics = metrics
         self._limit = asyncio.Semaphore(concurrency)
+        self._operation_timeout = operation_timeout
         self.reached: Watch[QueuesReached] = Watch(
             QueuesReached(0, types.MappingProxyType({}), types.MappingProxyType({}))
         )
@@ -107,9 +115,32 @@ class RequestQueueLoop:
         async def apply(action: reconcile.QueueAction) -> None:
             async with self._limit:
                 try:
-                    await self._apply(action, actual)
+                    async with asyncio.timeout(self._operation_timeout):
+                        await self._apply(action, actual)
+                except TimeoutError:
+                    errors[action.key] = (
+                        f"{action.op.value} took over {self._operation_timeout}s: retried"
+                    )
+                    logger.error(
+                        "request queue %s of %r took over %.0fs: abandoned, retried next pass",
+                        action.op.value,
+                        action.key,
+                        self._operation_timeout,
+                        extra=logs.fields(pool=self._names.pool, key=action.key),
+                    )
                 except QueueNotEmpty:
                     errors[action.key] = "queue still holds requests: group required again"
+                    self._tracker.require(action.key)
+                except QueueUnavailable:
+                    errors[action.key] = (
+                        "queue cannot be counted (no online member): kept, group required again"
+                    )
+                    logger.error(
+                        "request queue of %r cannot be counted (quorum queue with no online "
+                        "member?): not deleted",
+                        action.key,
+                        extra=logs.fields(pool=self._names.pool, key=action.key),
+                    )
                     self._tracker.require(action.key)
                 except QueueBusy:
                     errors[action.key] = "queue still has consumers"
@@ -175,5 +206,17 @@ class RequestQueueLoop:
         if result.consumer_count:
             raise QueueBusy(name)
         if result.message_count:
+            raise QueueNotEmpty(name)
+        # A zero is not proof: RabbitMQ answers 0 messages for a quorum queue whose Raft
+        # member is down, whatever it holds. Ask the management API as well, and keep a
+        # queue it cannot count (that is how a member that did not come back after a broker
+        # crash shows: no `messages`, no online member).
+        info = await self._api.queue(name)
+        if info is None:
+            return
+        messages = info.get("messages")
+        if not isinstance(messages, int):
+            raise QueueUnavailable(name)
+        if messages:
             raise QueueNotEmpty(name)
         await queue.delete(if_unused=False, if_empty=self._settings.type == "classic")

@@ -42,6 +42,13 @@ class AmqpSettings(BaseModel):
         description="AMQP URI handed to workers as WORKER_AMQP_URI; `url` when unset.",
     )
     connect_timeout: float = Field(default=10.0, description="Seconds per connection attempt.")
+    operation_timeout: float = Field(
+        default=10.0,
+        gt=0,
+        description="Seconds a control loop's broker operation (declare, bind, delete) may "
+        "take; one that hangs (e.g. on a quorum queue with no online member) is abandoned, its "
+        "channel replaced, and retried on the next pass instead of stalling every key.",
+    )
 
     @property
     def vhost(self) -> str:
