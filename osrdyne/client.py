@@ -301,9 +301,15 @@ class Client:
     async def _publish(
         self, pool: str, key: str, data: bytes, properties: aiormq.spec.Basic.Properties
     ) -> None:
+        assert self._connection is not None and self._channel is not None
+        if not self._connection.connected.is_set():
+            # Fail now rather than wait, outside the call's timeout, for the reconnection.
+            raise exceptions.ConnectionLost(
+                f"cannot publish to pool {pool!r}: the connection to the broker is down "
+                "(reconnecting)"
+            )
         try:
             exchange = await self._exchange(pool)
-            assert self._channel is not None
             channel = await self._channel.get_underlay_channel()
             result = await channel.basic_publish(
                 data, exchange=exchange, routing_key=key, properties=properties, mandatory=True

@@ -64,6 +64,9 @@ async def test_direct_reply_to_call_fails_fast_when_the_connection_drops(
         await close_connection(connection)
         with pytest.raises(ConnectionLost):
             await call
+        # a call while the connection is down fails at once, not after the reconnection
+        with pytest.raises(ConnectionLost):
+            await client.call(pool, "slow", b"while down", timeout=60)
         # the robust connection comes back and new calls work again
         response = await eventually(
             lambda: _try(client.call(pool, "slow", b"x", timeout=10)),
