@@ -133,11 +133,12 @@ class RequestQueueLoop:
                     self._tracker.require(action.key)
                 except QueueUnavailable:
                     errors[action.key] = (
-                        "queue cannot be counted (no online member): kept, group required again"
+                        "queue cannot be counted (no stats yet, or no online member): kept, "
+                        "group required again"
                     )
-                    logger.error(
-                        "request queue of %r cannot be counted (quorum queue with no online "
-                        "member?): not deleted",
+                    logger.warning(
+                        "request queue of %r cannot be counted (no stats yet, or a quorum "
+                        "queue with no online member): not deleted",
                         action.key,
                         extra=logs.fields(pool=self._names.pool, key=action.key),
                     )
@@ -210,7 +211,8 @@ class RequestQueueLoop:
         # A zero is not proof: RabbitMQ answers 0 messages for a quorum queue whose Raft
         # member is down, whatever it holds. Ask the management API as well, and keep a
         # queue it cannot count (that is how a member that did not come back after a broker
-        # crash shows: no `messages`, no online member).
+        # crash shows: no `messages`, no online member; a queue younger than the broker's
+        # statistics interval has no `messages` yet either, and waits for the next try).
         info = await self._api.queue(name)
         if info is None:
             return
