@@ -25,6 +25,13 @@ MAX_QUEUE_NAME_BYTES = 255
 DIRECT_REPLY_TO = "amq.rabbitmq.reply-to"
 
 
+def reply_delivery_mode(reply_to: str) -> int:
+    """AMQP delivery mode of an answer to `reply_to`: persistent (2) to a named queue, so the
+    answer outlives a broker restart with its queue; transient (1) to a direct reply-to
+    address, which has no queue to keep it in."""
+    return 1 if reply_to.startswith(DIRECT_REPLY_TO) else 2
+
+
 class Header(enum.StrEnum):
     """AMQP header names of the protocol."""
 

@@ -34,6 +34,7 @@ async def answer_error(
         headers={Header.STATUS: status, **protocol.trace_headers(request.headers)},
         correlation_id=request.correlation_id,
         content_type="application/json",
+        delivery_mode=protocol.reply_delivery_mode(request.reply_to),
     )
     # mandatory=False: RabbitMQ 3.10 bounces mandatory replies to direct reply-to addresses.
     await channel.default_exchange.publish(reply, routing_key=request.reply_to, mandatory=False)

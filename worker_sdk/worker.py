@@ -23,9 +23,10 @@ from typing import Any, TypeVar
 import aio_pika
 import aio_pika.abc
 import aio_pika.exceptions
+import aiormq
 import tenacity
 
-from osrdyne.protocol import DIRECT_REPLY_TO, Event, Header, Status
+from osrdyne.protocol import DIRECT_REPLY_TO, Event, Header, Status, reply_delivery_mode
 from worker_sdk import activity, errors, request, tracing
 from worker_sdk.metrics import WorkerMetrics
 from worker_sdk.settings import WorkerSettings
@@ -345,19 +346,22 @@ class Worker:
         if interim:
             headers[Header.NON_TERMINATING] = True
         tracing.inject(headers)  # the handler's span, when tracing is on
-        reply = aio_pika.Message(
-            body,
+        properties = aiormq.spec.Basic.Properties(
             headers=headers,
             correlation_id=message.correlation_id,
             content_type=content_type,
+            delivery_mode=reply_delivery_mode(message.reply_to),
         )
         # A confirm means nothing for a direct reply-to address (the broker hands the reply
         # to the caller's channel or drops it): those go on a channel without confirms;
         # replies to named queues are confirmed before the request is acked.
         direct = message.reply_to.startswith(DIRECT_REPLY_TO)
-        channel = self._fast_channel if direct else self._channel
+        channel = await (self._fast_channel if direct else self._channel).get_underlay_channel()
+        # Published on the aiormq channel: aio-pika's Message costs ~30 µs and adds nothing.
         # mandatory=False: RabbitMQ 3.10 bounces mandatory replies to direct reply-to.
-        await channel.default_exchange.publish(reply, routing_key=message.reply_to, mandatory=False)
+        await channel.basic_publish(
+            body, routing_key=message.reply_to, properties=properties, mandatory=False
+        )
 
 
 def _short_tb(exc: BaseException) -> list[str]:

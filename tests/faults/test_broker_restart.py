@@ -13,12 +13,15 @@ import asyncio
 import contextlib
 import sys
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 
+import aio_pika
 import pytest
 
-from osrdyne import Client, Status
+from osrdyne import Client, PoolNames, Status
 from osrdyne.exceptions import ClientError
+from osrdyne.protocol import Header
 from tests.conftest import Running
 from tests.faults.conftest import Caller
 from tests.faults.rabbit_node import RabbitNode
@@ -206,3 +209,56 @@ async def node_queues(node: RabbitNode, pool: str) -> list[tuple[str, int, int, 
 
 def _owners(callers: list[Caller], cids: list[str]) -> list[tuple[Caller, str]]:
     return [(caller, c) for c in cids for caller in callers if c in caller.keys]
+
+
+async def test_answers_waiting_in_a_durable_reply_queue_survive_a_restart(
+    rabbit_node: RabbitNode,
+    pool: str,
+    make_controller: Callable[..., Awaitable[Running]],
+    make_tally: Callable[..., Tally],
+) -> None:
+    """The reply queue `osrdyne.Client(reply_queue=...)` declares is a durable classic queue: a
+    worker's answer and a controller's error answer waiting in it (their caller is away) are
+    persistent, so they are still there after the broker restarted."""
+    node = rabbit_node
+    tally = make_tally(
+        "answers waiting in a durable classic reply queue, broker restarted",
+        "a worker's answer and a controller's error answer are persistent and survive",
+    )
+    running = await make_controller(
+        pool, amqp={"url": node.amqp_url, "management_url": node.management_url}
+    )
+    replies = f"{pool}-client-replies"
+    async with Client(node.amqp_url, reply_queue=replies) as client:
+        assert (await client.call(pool, "k", b"declares the reply queue", timeout=60)).ok
+    async with await aio_pika.connect(node.amqp_url) as connection:
+        channel = await connection.channel()  # publisher confirms
+        exchange = await channel.get_exchange(PoolNames(pool).request_exchange, ensure=False)
+        for key, body in (("k", b"answered while away"), ("", b"an invalid key")):
+            cid = uuid.uuid4().hex
+            message = aio_pika.Message(body, correlation_id=cid, reply_to=replies)
+            await exchange.publish(message, routing_key=key)
+            tally.sent_one(cid)
+
+    async def waiting() -> int:
+        connection = await aio_pika.connect(node.amqp_url)
+        async with connection:
+            channel = await connection.channel()
+            queue = await channel.declare_queue(replies, passive=True)
+            return int(queue.declaration_result.message_count or 0)
+
+    await eventually(lambda: _at_least(waiting(), 2), what="both answers queued", timeout=60)
+    await running.stop()
+    await asyncio.to_thread(node.restart)
+    connection = await aio_pika.connect(node.amqp_url)
+    async with connection:
+        channel = await connection.channel()
+        queue = await channel.declare_queue(replies, passive=True)
+        while (message := await queue.get(no_ack=True, fail=False)) is not None:
+            tally.replied(message.correlation_id or "", str(message.headers[Header.STATUS]))
+    assert tally.row()["lost"] == 0, tally.row()
+    assert sorted(str(tally.status_of(c)) for c in tally.sent) == [Status.INVALID_KEY, Status.OK]
+
+
+async def _at_least(count: Awaitable[int], n: int) -> bool:
+    return await count >= n
