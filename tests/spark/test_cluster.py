@@ -1,32 +1,31 @@
-"""Scale-out: the same query worker, with `SPARK_WORKER_MASTER=spark://...`, runs its
-queries on a Spark standalone cluster started from the pyspark distribution itself.
-
-The worker process gets the WORKER_* environment of a queue declared here (no controller):
-the request is published straight to it with direct reply-to, as any AMQP client could.
+"""Scale-out: the same pipeline and the same query worker run on a Spark standalone cluster
+started from the pyspark distribution itself (`spark-class ...Master` / `...Worker` on
+127.0.0.1), end to end through osrdyne: the pipeline generates and ingests a dataset on the
+cluster, then a controller starts the query worker group with `SPARK_WORKER_MASTER=spark://...`
+through its subprocess driver, and `osrdyne.Client` gets the answer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
+import dataclasses
 import os
 import socket
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
-import aio_pika
 import httpx
 import pyspark
 import pytest
 
-from tests.spark.conftest import TRIPS_ROWS
+from osrdyne import Client
+from tests.conftest import Running
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = pytest.mark.timeout(420)
 
 SPARK_HOME = os.path.dirname(pyspark.__file__)
 LOOPBACK = {"SPARK_LOCAL_IP": "127.0.0.1", "SPARK_HOME": SPARK_HOME}
@@ -58,9 +57,15 @@ def stop(process: subprocess.Popen[bytes]) -> None:
             process.wait(5)
 
 
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+    url: str  # spark://127.0.0.1:PORT
+    ui: str  # the master's web UI (its /json/ lists applications)
+
+
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[str]:
-    """A standalone master and one worker (1 core, 1g); the master URL once registered."""
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """A standalone master and one worker (1 core, 1g), once the worker registered."""
     port, ui, worker_ui = free_port(), free_port(), free_port()
     master = spark_class(
         "org.apache.spark.deploy.master.Master",
@@ -98,73 +103,61 @@ def cluster(tmp_path: Path) -> Iterator[str]:
                     break
             assert time.monotonic() < deadline, (tmp_path / "master.log").read_text()[-2000:]
             time.sleep(0.5)
-        yield url
+        yield Cluster(url, f"http://127.0.0.1:{ui}")
     finally:
         stop(worker)
         stop(master)
 
 
-async def test_query_worker_on_a_standalone_cluster(
-    cluster: str, pool: str, datasets: Path, amqp_url: str, tmp_path: Path
+async def test_pipeline_and_query_worker_on_a_standalone_cluster(
+    cluster: Cluster,
+    pool: str,
+    make_controller: Callable[..., Awaitable[Running]],
+    client: Client,
+    tmp_path: Path,
 ) -> None:
-    queue_name, activity = f"{pool}-req-trips", f"{pool}-activity-xchg"
-    connection = await aio_pika.connect(amqp_url)
-    worker: subprocess.Popen[bytes] | None = None
-    try:
-        channel = await connection.channel()
-        await channel.declare_exchange(activity, aio_pika.ExchangeType.FANOUT)
-        await channel.declare_queue(queue_name)
-        replies: asyncio.Queue[aio_pika.abc.AbstractIncomingMessage] = asyncio.Queue()
-        reply_queue = await channel.get_queue("amq.rabbitmq.reply-to", ensure=False)
-        await reply_queue.consume(replies.put, no_ack=True)
-
-        env = {
-            **os.environ,
-            **LOOPBACK,
-            "WORKER_ID": f"w-{uuid.uuid4().hex[:6]}",
-            "WORKER_KEY": "trips",
-            "WORKER_POOL": pool,
-            "WORKER_REQUESTS_QUEUE": queue_name,
-            "WORKER_ACTIVITY_EXCHANGE": activity,
-            "WORKER_AMQP_URI": amqp_url,
-            "SPARK_WORKER_MASTER": cluster,
-            "SPARK_WORKER_DATASET_ROOT": str(datasets),
-            "SPARK_WORKER_DRIVER_MEMORY": "1g",
-            "SPARK_WORKER_EXECUTOR_MEMORY": "512m",
-            "PYSPARK_PYTHON": sys.executable,
-        }
-        with (tmp_path / "query_worker.log").open("wb") as log:
-            worker = subprocess.Popen(
-                [sys.executable, "-m", "spark_workers.query_worker"],
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        sql = "SELECT city, count(*) AS n FROM dataset GROUP BY city ORDER BY city"
-        await channel.default_exchange.publish(
-            aio_pika.Message(
-                json.dumps({"sql": sql}).encode(),
-                correlation_id="q1",
-                reply_to="amq.rabbitmq.reply-to",
-            ),
-            routing_key=queue_name,
+    raw, root = tmp_path / "raw", tmp_path / "datasets"
+    rows = 3_000
+    pipeline = [sys.executable, "-m", "spark_workers.pipeline"]
+    env = {**os.environ, **LOOPBACK, "PYSPARK_PYTHON": sys.executable}
+    for step in (
+        ["generate", str(raw), "--rows", str(rows), "--master", cluster.url],
+        ["ingest", str(raw), str(root), "--name", "trips", "--master", cluster.url],
+    ):
+        done = await asyncio.to_thread(
+            subprocess.run, [*pipeline, *step], env=env, capture_output=True, timeout=300
         )
-        try:
-            reply = await asyncio.wait_for(replies.get(), 180)
-        except TimeoutError:
-            pytest.fail((tmp_path / "query_worker.log").read_text()[-3000:])
-        assert reply.correlation_id == "q1"
-        assert reply.headers["x-status"] == "ok", reply.body[:500]
-        rows = json.loads(reply.body)["rows"]
-        assert sum(r["n"] for r in rows) == TRIPS_ROWS and len(rows) == 8
-        log_text = (tmp_path / "query_worker.log").read_text()
-        assert f"master {cluster}" in log_text  # it really ran on the cluster
-    finally:
-        if worker is not None:
-            worker.terminate()
-            try:
-                worker.wait(30)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-                worker.wait(5)
-        await connection.close()
+        assert done.returncode == 0, done.stdout.decode()[-2000:] + done.stderr.decode()[-2000:]
+
+    # The query worker group, started by a controller through its subprocess driver.
+    await make_controller(
+        pool,
+        driver={
+            "kind": "subprocess",
+            "subprocess": {
+                "command": [sys.executable, "-m", "spark_workers.query_worker"],
+                "env": {
+                    **LOOPBACK,
+                    "SPARK_WORKER_MASTER": cluster.url,
+                    "SPARK_WORKER_DATASET_ROOT": str(root),
+                    "SPARK_WORKER_DRIVER_MEMORY": "1g",
+                    "SPARK_WORKER_EXECUTOR_MEMORY": "512m",
+                    "PYSPARK_PYTHON": sys.executable,
+                },
+                "stop_timeout": 30,
+            },
+        },
+    )
+    sql = "SELECT city, count(*) AS n FROM dataset GROUP BY city ORDER BY city"
+    response = await client.call(pool, "trips", {"sql": sql}, timeout=240)
+    assert response.ok, response.text[:500]
+    found = response.json()["rows"]
+    assert sum(r["n"] for r in found) == rows and len(found) == 8
+
+    # Both really ran on the cluster: the master lists the pipeline's two applications and
+    # the worker's, still running.
+    state = httpx.get(f"{cluster.ui}/json/", timeout=10).json()
+    done_apps = [app["name"] for app in state.get("completedapps", [])]
+    running_apps = [app["name"] for app in state.get("activeapps", [])]
+    assert done_apps.count("osrdyne-pipeline") == 2, state
+    assert "osrdyne-spark-worker" in running_apps, state
