@@ -249,7 +249,8 @@ class Controller:
     async def _read_exchange_stats(self, fast_path: FastPathEstimate) -> None:
         try:
             # Bounded: the management API retries for longer, and leading must not wait on it.
-            exchange = await asyncio.wait_for(self.api.exchange(self.names.request_exchange), 10)
+            async with asyncio.timeout(10):
+                exchange = await self.api.exchange(self.names.request_exchange)
         except (httpx.HTTPError, OSError, TimeoutError) as exc:
             logger.debug("cannot read the request exchange's statistics: %s", exc)
             return
@@ -333,7 +334,8 @@ def _is_instance(obj: Any) -> bool:
 
 async def _sleep_unless(event: asyncio.Event, delay: float) -> None:
     try:
-        await asyncio.wait_for(event.wait(), delay)
+        async with asyncio.timeout(delay):
+            await event.wait()
     except TimeoutError:
         pass
 

@@ -63,7 +63,8 @@ class WorkerGroupLoop:
                 self.reached.set(target.generation)
             wait = self._interval if converged else min(self._interval, 2.0)
             try:
-                await asyncio.wait_for(self._tracker.state.changed_since(version), wait)
+                async with asyncio.timeout(wait):
+                    await self._tracker.state.changed_since(version)
             except TimeoutError:
                 pass
 
@@ -74,7 +75,8 @@ class WorkerGroupLoop:
         if self._queues_reached is None:
             return
         try:
-            await asyncio.wait_for(self._queues_reached(generation), self._queue_wait)
+            async with asyncio.timeout(self._queue_wait):
+                await self._queues_reached(generation)
         except TimeoutError:
             pass
 
@@ -103,7 +105,8 @@ class WorkerGroupLoop:
     async def _call(self, op: str, key: str | None, fn: Callable[[], Awaitable[object]]) -> object:
         """Run one driver call; None when it failed (logged, counted, retried next pass)."""
         try:
-            result = await asyncio.wait_for(fn(), self._call_timeout)
+            async with asyncio.timeout(self._call_timeout):
+                result = await fn()
         except (DriverError, TimeoutError) as exc:
             self._record_failure(op, key, f"{type(exc).__name__}: {exc}")
             return None

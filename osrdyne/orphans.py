@@ -74,7 +74,8 @@ class OrphanProcessor(QueueConsumer):
             )
 
         try:
-            await asyncio.wait_for(self._queue_loop.reached.wait_for(ready), self._wait_timeout)
+            async with asyncio.timeout(self._wait_timeout):
+                await self._queue_loop.reached.wait_for(ready)
         except TimeoutError:
             logger.warning(
                 "queue of %r not ready after %.0fs: orphan requeued",

@@ -98,7 +98,8 @@ class RequestQueueLoop:
                 )
                 wait = min(self._interval, 1.0) if errors else self._interval
                 try:
-                    await asyncio.wait_for(self._tracker.state.changed_since(version), wait)
+                    async with asyncio.timeout(wait):
+                        await self._tracker.state.changed_since(version)
                 except TimeoutError:
                     actual = await self._list()  # anti-entropy: trust the broker, not memory
         finally:

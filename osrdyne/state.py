@@ -118,7 +118,8 @@ class PoolStateTracker:
             upcoming = self.advance()
             timeout = None if upcoming is None else max(0.0, upcoming - self._clock())
             try:
-                await asyncio.wait_for(self._wake.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._wake.wait()
             except TimeoutError:
                 pass
 

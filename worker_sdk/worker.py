@@ -141,7 +141,8 @@ class Worker:
             # Bounded: with the broker gone, a robust channel would wait for a reconnection
             # that may never come, and the worker would ignore SIGTERM.
             try:
-                await asyncio.wait_for(queue.cancel(tag), _BROKER_STEP_TIMEOUT)
+                async with asyncio.timeout(_BROKER_STEP_TIMEOUT):
+                    await queue.cancel(tag)
             except (TimeoutError, aio_pika.exceptions.AMQPError, ConnectionError):
                 logger.warning("could not cancel the consumer (broker unreachable?)")
             await self._drain()
@@ -152,7 +153,8 @@ class Worker:
                 await self._call(hook, self)
         finally:
             try:
-                await asyncio.wait_for(connection.close(), _BROKER_STEP_TIMEOUT)
+                async with asyncio.timeout(_BROKER_STEP_TIMEOUT):
+                    await connection.close()
             except (TimeoutError, aio_pika.exceptions.AMQPError, ConnectionError):
                 logger.warning("could not close the connection cleanly (broker unreachable?)")
             self._threads.shutdown(wait=False, cancel_futures=True)

@@ -65,8 +65,8 @@ async def test_a_queue_whose_raft_member_is_down_is_kept_and_served_later(
     node = rabbit_node
     tally = make_tally(
         "quorum request queue's Raft member down when its idle group stops",
-        "the broker counts 0 messages: the queue is kept (the management API cannot count "
-        "it), and the request is answered once the member is back",
+        "the broker counts 0 messages: the queue is kept (the management API counts it, or "
+        "cannot), and the request is answered once the member is back",
     )
     amqp = {"url": node.amqp_url, "management_url": node.management_url}
     queue = PoolNames(pool).request_queue("held")
