@@ -32,7 +32,7 @@ import aio_pika.exceptions
 import aiormq
 import aiormq.abc
 
-from osrdyne import exceptions, tracing
+from osrdyne import connections, exceptions, tracing
 from osrdyne.protocol import DIRECT_REPLY_TO, Header, PoolNames
 from osrdyne.response import Response
 
@@ -174,17 +174,7 @@ class Client:
         await self.close()
 
     async def connect(self) -> None:
-        connection = aio_pika.RobustConnection(
-            aio_pika.connection.make_url(self.url, reconnect_interval=1),
-            client_properties={"connection_name": self.name},
-        )
-        try:
-            await connection.connect()
-        except BaseException:
-            # Closed here, in its loop: aio-pika's __del__ would otherwise create a close()
-            # coroutine wherever the failed connection is collected, and never await it.
-            await connection.close()
-            raise
+        connection = await connections.connect_robust(self.url, name=self.name)
         self._connection = connection
         self._connection.close_callbacks.add(self._on_close)
         self._connection.reconnect_callbacks.add(self._on_reconnect)

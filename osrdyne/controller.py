@@ -27,7 +27,7 @@ import aio_pika.abc
 import httpx
 
 from drivers.base import Driver
-from osrdyne import aiotasks, leadership, logs, topology
+from osrdyne import aiotasks, connections, leadership, logs, topology
 from osrdyne.activity import ActivityProcessor
 from osrdyne.dead_letters import DeadLetterResponder
 from osrdyne.driver_factory import make_driver
@@ -122,10 +122,10 @@ class Controller:
 
     async def _session(self) -> None:
         s = self.settings
-        connection = await aio_pika.connect(
+        connection = await connections.connect(
             s.amqp.url,
+            name=f"osrdyne {s.pool} {self.instance}",
             timeout=s.amqp.connect_timeout,
-            client_properties={"connection_name": f"osrdyne {s.pool} {self.instance}"},
         )
         lost = asyncio.Event()
         connection.close_callbacks.add(lambda *_: lost.set())

@@ -17,7 +17,7 @@ from typing import Any
 import aio_pika
 import aio_pika.abc
 
-from osrdyne import deaths, replies
+from osrdyne import connections, deaths, replies
 from osrdyne.protocol import PoolNames
 
 #: Header carrying a poison entry's id (set when the request is moved to the poison queue).
@@ -68,7 +68,7 @@ async def _browse(
     url: str, pool: str
 ) -> AsyncIterator[tuple[aio_pika.abc.AbstractChannel, list[aio_pika.abc.AbstractIncomingMessage]]]:
     """Every poison message, taken unacked; whatever is not acked returns to the queue."""
-    connection = await aio_pika.connect(url)
+    connection = await connections.connect(url, name=f"osrdyne poison {pool}")
     try:
         channel = await connection.channel(publisher_confirms=True)
         queue = await channel.get_queue(PoolNames(pool).poison_queue, ensure=False)
