@@ -38,10 +38,6 @@ from osrdyne.response import Response
 
 Body = bytes | str | dict[str, Any] | list[Any] | None
 
-#: AMQP delivery mode 2: a classic queue keeps the request across a broker restart (quorum
-#: queues keep every message anyway).
-PERSISTENT = 2
-
 
 def encode(body: Body) -> tuple[bytes, str | None]:
     if body is None:
@@ -64,6 +60,7 @@ class _Call:
     def __init__(
         self, calls: dict[str, _Call], pool: str, key: str, timeout: float, path: str | None
     ) -> None:
+        self.pool, self.key, self.path, self.timeout = pool, key, path, timeout
         self.correlation_id = uuid.uuid4().hex
         self.span = tracing.start_call_span(pool, key, path)
         self.inbox: collections.deque[Response] = collections.deque()
@@ -71,14 +68,12 @@ class _Call:
         #: The final response has arrived (anything later is a late reply).
         self.answered = False
         self._calls = calls
-        self._what = f"pool {pool!r} key {key!r}"
-        self._timeout = timeout
         self._deadline = time.monotonic() + timeout
         self._waiter: asyncio.Future[None] | None = None
         self._status: str | None = None
-        calls[self.correlation_id] = self
 
     async def __aenter__(self) -> _Call:
+        self._calls[self.correlation_id] = self
         return self
 
     async def __aexit__(
@@ -110,7 +105,7 @@ class _Call:
             left = self._deadline - time.monotonic()
             if left <= 0:
                 raise exceptions.RequestTimeout(
-                    f"no answer from {self._what} within {self._timeout}s"
+                    f"no answer from pool {self.pool!r} key {self.key!r} within {self.timeout}s"
                 )
             loop = asyncio.get_running_loop()
             self._waiter = loop.create_future()
@@ -221,7 +216,8 @@ class Client:
         Interim messages (progress) go to `on_progress` when given. Raises `RequestTimeout`
         when no final answer arrives within `timeout` seconds.
         """
-        async with await self._send(pool, key, body, timeout, path, headers) as call:
+        async with self._new_call(pool, key, timeout, path) as call:
+            await self._send(call, body, headers)
             while True:
                 response = await call.next()
                 if not response.interim:
@@ -240,53 +236,44 @@ class Client:
         headers: dict[str, Any] | None = None,
     ) -> AsyncGenerator[Response, None]:
         """Send a request; yield its interim messages, then its final response."""
-        async with await self._send(pool, key, body, timeout, path, headers) as call:
+        async with self._new_call(pool, key, timeout, path) as call:
+            await self._send(call, body, headers)
             while True:
                 response = await call.next()
                 yield response
                 if not response.interim:
                     return
 
-    async def _send(
-        self,
-        pool: str,
-        key: str,
-        body: Body,
-        timeout: float,
-        path: str | None,
-        headers: dict[str, Any] | None,
-    ) -> _Call:
-        """Publish a request (confirmed when `confirm`); return its call, ready to wait on."""
+    def _new_call(self, pool: str, key: str, timeout: float, path: str | None) -> _Call:
         if self._channel is None:
             raise exceptions.ClientError("client is not connected: use `async with Client()`")
+        return _Call(self._calls, pool, key, timeout, path)
+
+    async def _send(self, call: _Call, body: Body, headers: dict[str, Any] | None) -> None:
+        """Publish the request of `call` (confirmed when `confirm`)."""
         data, content_type = encode(body)
         if len(data) > self.max_body:
             raise exceptions.RequestTooLarge(
                 f"request body of {len(data)} bytes exceeds max_body={self.max_body}"
             )
-        call = _Call(self._calls, pool, key, timeout, path)
-        try:
-            all_headers: dict[str, Any] = dict(headers) if headers else {}
-            call.span.inject(all_headers)
-            all_headers[Header.DEADLINE] = int((time.time() + timeout) * 1000)
-            if path is not None:
-                all_headers[Header.RPC_PATH] = path
-            # Properties built here and published on the underlying aiormq channel: aio-pika's
-            # Message costs ~30 µs a request and adds nothing a client call needs.
-            properties = aiormq.spec.Basic.Properties(
-                content_type=content_type,
-                delivery_mode=PERSISTENT,
-                headers=all_headers,
-                correlation_id=call.correlation_id,
-                reply_to=self.reply_queue or DIRECT_REPLY_TO,
-                expiration=str(max(0, int(timeout * 1000))) if self.expire else None,
-                timestamp=datetime.datetime.now(datetime.UTC),
-            )
-            await self._publish(pool, key, data, properties)
-        except BaseException as exc:
-            await call.__aexit__(type(exc), exc, exc.__traceback__)
-            raise
-        return call
+        all_headers: dict[str, Any] = dict(headers) if headers else {}
+        call.span.inject(all_headers)
+        all_headers[Header.DEADLINE] = int((time.time() + call.timeout) * 1000)
+        if call.path is not None:
+            all_headers[Header.RPC_PATH] = call.path
+        # Properties built here and published on the underlying aiormq channel: aio-pika's
+        # Message costs ~30 µs a request and adds nothing a client call needs.
+        properties = aiormq.spec.Basic.Properties(
+            content_type=content_type,
+            # Persistent: a classic queue (the orphan queue) keeps it across a broker restart.
+            delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+            headers=all_headers,
+            correlation_id=call.correlation_id,
+            reply_to=self.reply_queue or DIRECT_REPLY_TO,
+            expiration=str(max(0, int(call.timeout * 1000))) if self.expire else None,
+            timestamp=datetime.datetime.now(datetime.UTC),
+        )
+        await self._publish(call.pool, call.key, data, properties)
 
     async def _publish(
         self, pool: str, key: str, data: bytes, properties: aiormq.spec.Basic.Properties

@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+import aio_pika
 import pamqp.common
 import pamqp.constants
 import pamqp.decode
@@ -25,11 +26,13 @@ MAX_QUEUE_NAME_BYTES = 255
 DIRECT_REPLY_TO = "amq.rabbitmq.reply-to"
 
 
-def reply_delivery_mode(reply_to: str) -> int:
+def reply_delivery_mode(reply_to: str) -> aio_pika.DeliveryMode:
     """AMQP delivery mode of an answer to `reply_to`: persistent (2) to a named queue, so the
     answer outlives a broker restart with its queue; transient (1) to a direct reply-to
     address, which has no queue to keep it in."""
-    return 1 if reply_to.startswith(DIRECT_REPLY_TO) else 2
+    if reply_to.startswith(DIRECT_REPLY_TO):
+        return aio_pika.DeliveryMode.NOT_PERSISTENT
+    return aio_pika.DeliveryMode.PERSISTENT
 
 
 class Header(enum.StrEnum):

@@ -106,7 +106,11 @@ async def test_soak_churn_with_worker_kills(
     assert tracker is not None
     await eventually(lambda: not tracker.state.value.groups, what="no group expected", timeout=60)
     await eventually(lambda: not workers_of(pool), what="no worker left", timeout=60)
-    await eventually(lambda: _none(_request_queues(pool)), what="no request queue left", timeout=60)
+
+    async def no_queue_left() -> bool:
+        return not await _request_queues(pool)
+
+    await eventually(no_queue_left, what="no request queue left", timeout=60)
 
     tally.extra.update(
         {
@@ -123,7 +127,3 @@ async def test_soak_churn_with_worker_kills(
     # and reported; losses and error answers are not.
     assert row["lost"] == 0, row
     assert row["ok"] == len(tally.sent) and not row["errors"], row
-
-
-async def _none(listing: Awaitable[list[str]]) -> bool:
-    return not await listing
