@@ -444,9 +444,9 @@ def install_hooks() -> None:
     """Timestamp the cold path without touching osrdyne: subclass the orphan and activity
     consumers the controller builds, and wrap the driver's start."""
     import osrdyne.controller as controller_mod
-    from osrdyne.activity import ActivityProcessor
-    from osrdyne.orphans import OrphanProcessor
-    from osrdyne.protocol import Event, Header
+    from osrdyne.controller._activity import ActivityProcessor
+    from osrdyne.controller._orphans import OrphanProcessor
+    from osrdyne.wire import Event, Header
 
     class TimedOrphans(OrphanProcessor):
         async def handle(self, message: Any) -> None:
@@ -485,7 +485,7 @@ def wrap_driver_start(driver: Any) -> None:
 
 
 def controller_settings(pool: str, queue_type: str, concurrency: int, state_dir: str) -> Any:
-    from osrdyne.settings import Settings
+    from osrdyne.controller import Settings
 
     return Settings(
         pool=pool,
@@ -588,7 +588,11 @@ class Bench:
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await asyncio.wait_for(task, 30)
         self.children.kill_all()
-        policies = [f"osrdyne-{self.pool}-requests", f"osrdyne-{self.cold_pool}-requests"]
+        policies = [
+            f"osrdyne-{pool}-{kind}"
+            for pool in (self.pool, self.cold_pool)
+            for kind in ("requests", "poison")
+        ]
         try:
             deleted = await asyncio.to_thread(
                 delete_objects,

@@ -2,16 +2,25 @@
 
 A driver knows how to start, stop and list the worker groups of one pool, and nothing more:
 no retries (the worker-group control loop converges again on its next pass), no state
-decisions. `start` and `stop` must be idempotent. Drivers never import each other; only the
-CLI wiring (`drivers.registry`) picks one by name.
+decisions. `start` and `stop` must be idempotent, and `list` only lists. Drivers never import
+each other; only `drivers.registry` picks one by name.
+
+Two optional protocols let a driver say more, each found with `isinstance`:
+
+- `Describes`: the workers of each group (pid, container or pod, restarts, last exit), for
+  the status document;
+- `Upgrades`: which listed groups run an older version or a half-done change; the
+  worker-group loop plans their upgrade and applies it with `start`, which converges a group
+  to the current version.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
-from osrdyne import protocol
+from osrdyne import wire
 
 
 class DriverError(Exception):
@@ -26,6 +35,10 @@ class DriverRejected(DriverError):
     """The engine refused the request (bad configuration, quota, conflict)."""
 
 
+class DriverConfigurationError(DriverError, ValueError):
+    """The driver's settings cannot work (a missing section, an unknown kind)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class PoolContext:
     """What every driver of a pool is constructed with, besides its own settings."""
@@ -36,14 +49,31 @@ class PoolContext:
     amqp_uri: str
 
     @property
-    def names(self) -> protocol.PoolNames:
-        return protocol.PoolNames(self.pool)
+    def names(self) -> wire.PoolNames:
+        return wire.PoolNames(self.pool)
 
     def environment(self, key: str, worker_id: str) -> dict[str, str]:
         """The protocol's worker environment for one worker of the group of `key`."""
-        return protocol.worker_environment(
+        return wire.worker_environment(
             names=self.names, key=key, worker_id=worker_id, amqp_uri=self.amqp_uri
         )
+
+
+@dataclasses.dataclass
+class WorkerInfo:
+    """What a driver knows of one worker of a group (the status document shows it)."""
+
+    worker_id: str
+    #: Process id (subprocess driver).
+    pid: int | None = None
+    #: Container or pod name (docker, kubernetes).
+    name: str | None = None
+    #: Exits followed by a restart.
+    restarts: int = 0
+    #: The last exit code; negative: killed by that signal.
+    last_exit: int | None = None
+    #: Started by an earlier controller process and adopted.
+    adopted: bool = False
 
 
 @runtime_checkable
@@ -61,3 +91,20 @@ class Driver(Protocol):
 
     async def close(self) -> None:
         """Release the driver's resources. Drivers that own their workers stop them here."""
+
+
+@runtime_checkable
+class Describes(Protocol):
+    """A driver that can describe the workers of its groups."""
+
+    def describe(self) -> Mapping[str, Sequence[WorkerInfo]]:
+        """The workers of each group, by key (no I/O: what the driver last saw)."""
+
+
+@runtime_checkable
+class Upgrades(Protocol):
+    """A driver whose groups can fall behind its settings (a new image, more workers)."""
+
+    def outdated(self) -> set[str]:
+        """Keys of the groups the last `list()` found outdated or half-changed; `start(key)`
+        brings each to the current version. No I/O: it reads what `list()` saw."""

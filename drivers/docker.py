@@ -122,6 +122,7 @@ class DockerDriver:
         self._settings = settings
         self._client: docker_sdk.DockerClient | None = None
         self._locks: dict[str, asyncio.Lock] = {}
+        self._outdated: set[str] = set()
         self.version = names.version_hash(
             {
                 "pool": context.pool,
@@ -148,17 +149,14 @@ class DockerDriver:
     async def list(self) -> set[str]:
         with _map_errors("listing worker containers"):
             groups = await asyncio.to_thread(self._groups)
-        for key, containers in groups.items():
-            if not self._healthy(containers):
-                # An older version, or a half-done replacement or scale change: finish it.
-                logger.info("replacing the containers of %r (version %s)", key, self.version)
-                try:
-                    async with self._lock(key):
-                        with _map_errors(f"upgrading the worker group of {key!r}"):
-                            await asyncio.to_thread(self._converge, key)
-                except base.DriverError:
-                    logger.exception("could not upgrade the worker group of %r", key)
+        # An older version, or a half-done replacement or scale change: the group loop
+        # finishes it with start().
+        self._outdated = {key for key, found in groups.items() if not self._healthy(found)}
         return set(groups)
+
+    def outdated(self) -> set[str]:
+        """Groups of an older version or a half-done change (`Upgrades`)."""
+        return set(self._outdated)
 
     async def close(self) -> None:
         # Containers outlive the controller on purpose (a restarted controller adopts them).

@@ -30,7 +30,7 @@ import pydantic
 from pydantic import Field
 
 from drivers import base, names
-from osrdyne import protocol
+from osrdyne import wire
 
 if TYPE_CHECKING:
     from kubernetes import client as k8s
@@ -189,6 +189,7 @@ class KubernetesDriver:
         self._settings = settings
         self._api: k8s.ApiClient | None = None
         self._locks: dict[str, asyncio.Lock] = {}
+        self._outdated: set[str] = set()
         self.namespace = settings.namespace or _default_namespace()
         self.version = names.version_hash(
             {
@@ -238,14 +239,14 @@ class KubernetesDriver:
         ]
         env.append(
             {
-                "name": protocol.WorkerEnv.ID,
+                "name": wire.WorkerEnv.ID,
                 "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
             }
         )
         for k, v in protocol_env.items():
-            if k == protocol.WorkerEnv.ID:
+            if k == wire.WorkerEnv.ID:
                 continue
-            if k == protocol.WorkerEnv.AMQP_URI and s.amqp_uri_secret is not None:
+            if k == wire.WorkerEnv.AMQP_URI and s.amqp_uri_secret is not None:
                 ref = {"name": s.amqp_uri_secret.name, "key": s.amqp_uri_secret.key}
                 env.append({"name": k, "valueFrom": {"secretKeyRef": ref}})
             else:
@@ -353,17 +354,14 @@ class KubernetesDriver:
     async def list(self) -> set[str]:
         with _map_errors("listing worker groups"):
             versions, orphans = await asyncio.to_thread(self._list)
-        for key in orphans:
-            with _map_errors(f"removing the orphan ScaledObject of {key!r}"):
-                await asyncio.to_thread(self._delete_scaled_object, key)
-        for key, version in versions.items():
-            if version != self.version:
-                logger.info("upgrading the worker group of %r to version %s", key, self.version)
-                try:
-                    await self.start(key)
-                except base.DriverError:
-                    logger.exception("could not upgrade the worker group of %r", key)
-        return set(versions)
+        # A ScaledObject without its Deployment is a half-removed group: listed, and outdated,
+        # so the group loop finishes removing it (stop) or restores it (start).
+        self._outdated = {k for k, v in versions.items() if v != self.version} | orphans
+        return set(versions) | orphans
+
+    def outdated(self) -> set[str]:
+        """Groups of an older version, or half-created or half-removed (`Upgrades`)."""
+        return set(self._outdated)
 
     async def close(self) -> None:
         # Deployments outlive the controller on purpose (a restarted controller adopts them).

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import hashlib
 import logging
 import os
@@ -22,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from drivers import base
 
@@ -31,6 +30,8 @@ logger = logging.getLogger(__name__)
 
 class SubprocessSettings(BaseModel):
     """Options of the subprocess driver (`[driver.subprocess]`)."""
+
+    model_config = ConfigDict(extra="forbid")
 
     command: list[str] = Field(
         default_factory=lambda: [sys.executable, "-m", "worker_sdk.examples.echo"],
@@ -64,17 +65,6 @@ class SubprocessSettings(BaseModel):
     )
 
 
-@dataclasses.dataclass
-class WorkerInfo:
-    """What the driver knows of one worker slot (status endpoints read it)."""
-
-    worker_id: str
-    pid: int | None = None
-    restarts: int = 0
-    last_exit: int | None = None
-    adopted: bool = False
-
-
 #: Environment variables marking a worker as the driver's: who owns it, which slot it fills.
 OWNER_ENV = "OSRDYNE_OWNER"
 SLOT_ENV = "OSRDYNE_SLOT"
@@ -90,7 +80,7 @@ class _Group:
         self.key = key
         self.stopping = False
         self.workers = [
-            WorkerInfo(worker_id=f"{driver.context.pool}-{_slot_id(key)[:8]}-{i}")
+            base.WorkerInfo(worker_id=f"{driver.context.pool}-{_slot_id(key)[:8]}-{i}")
             for i in range(driver.settings.workers)
         ]
         self.tasks: list[asyncio.Task[None]] = []
@@ -135,7 +125,7 @@ class _Group:
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, s.restart_backoff_max)
 
-    async def _run_once(self, slot: int, info: WorkerInfo) -> int:
+    async def _run_once(self, slot: int, info: base.WorkerInfo) -> int:
         s = self.driver.settings
         env = {
             **os.environ,
@@ -216,8 +206,8 @@ class SubprocessDriver:
         groups, self._groups = list(self._groups.values()), {}
         await asyncio.gather(*(g.stop() for g in groups))
 
-    def describe(self) -> dict[str, tuple[WorkerInfo, ...]]:
-        """The workers of each group, for status endpoints."""
+    def describe(self) -> dict[str, tuple[base.WorkerInfo, ...]]:
+        """The workers of each group (the `Describes` protocol)."""
         return {key: tuple(g.workers) for key, g in self._groups.items()}
 
     def _launch(self, key: str, adopted: dict[int, int]) -> None:

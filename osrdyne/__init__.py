@@ -2,8 +2,12 @@
 
 Clients call keyed workers (`Client`, `SyncClient`); operators run a `Controller` per pool
 (usually through the `osrdyne` command). Workers are written with `worker_sdk`.
+
+The package is laid out by concept: `osrdyne.wire` (the protocol every part shares),
+`osrdyne.client`, `osrdyne.controller`, and `osrdyne.ops` (the operator surface).
 """
 
+import importlib.metadata
 from typing import TYPE_CHECKING, Any
 
 from osrdyne.exceptions import (
@@ -18,22 +22,23 @@ from osrdyne.exceptions import (
     ResponseError,
     WorkerFailed,
 )
-from osrdyne.protocol import Event, Header, PoolNames, Status
-from osrdyne.response import Response
+from osrdyne.wire import Event, Header, PoolNames, Status
 
 if TYPE_CHECKING:
-    from osrdyne.client import Client
-    from osrdyne.sync_client import SyncClient
+    from osrdyne.client import Client, Response, SyncClient
 
-#: Imported on first use: workers import `osrdyne.protocol`, and must not pay for the client.
-_LAZY = {"Client": "osrdyne.client", "SyncClient": "osrdyne.sync_client"}
+#: The installed version (pyproject.toml is the one place it is written).
+__version__ = importlib.metadata.version("osrdyne")
+
+#: Imported on first use: workers import `osrdyne.wire`, and must not pay for the client.
+_LAZY = {"Client", "Response", "SyncClient"}
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        import importlib
+        import osrdyne.client
 
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        return getattr(osrdyne.client, name)
     raise AttributeError(f"module 'osrdyne' has no attribute {name!r}")
 
 

@@ -1,5 +1,5 @@
 """`python -m osrdyne` is the `osrdyne` command."""
 
-from osrdyne.cli import app
+from osrdyne.ops.cli import app
 
 app()

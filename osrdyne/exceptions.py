@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from osrdyne.response import Response
+    from osrdyne.client import Response
 
 
 class OsrdyneError(Exception):

@@ -26,10 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from osrdyne import Client
-from osrdyne.api import ApiServer, make_app
-from osrdyne.controller import Controller
-from osrdyne.management import ManagementApi
-from osrdyne.settings import Settings
+from osrdyne.controller import Controller, Settings
+from osrdyne.controller._management import ManagementApi
+from osrdyne.ops import ApiServer, make_app
 from spark_workers import demo_queries
 
 POOL = "demo"
@@ -139,10 +138,11 @@ async def run(root: Path, keep_running: bool) -> None:
 
 def status_table(controller: Controller) -> str:
     doc = controller.status()
-    lines = [f"== pool {doc['pool']}: {doc['role']}, generations {doc.get('generations')}"]
-    for key, group in doc["groups"].items():
+    lines = [f"== pool {doc.pool}: {doc.role.value}, generations {doc.generations}"]
+    for key, group in doc.groups.items():
+        queue = group.queue.value if group.queue else None
         lines.append(
-            f"   {key!r:>20}: {group['state']:<8} queue={group['queue']} running={group['running']}"
+            f"   {key!r:>20}: {group.state.value:<8} queue={queue} running={group.running}"
         )
     return "\n".join(lines)
 

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Make sure a Docker engine of osrdyne's own answers on unix:///run/osrdyne-docker.sock.
 #
-# Idempotent: installs docker.io (Debian) where dockerd is missing, starts dockerd in the
-# background when the socket does not answer, waits (bounded) until it does, and prints the
-# line `DOCKER_HOST=unix:///run/osrdyne-docker.sock` on stdout (everything else goes to
-# stderr), so callers can `export "$(scripts/ensure_dockerd.sh)"`.
+# Idempotent: installs docker.io (Debian, quietly unless it fails) where dockerd is missing,
+# starts dockerd in the background when the socket does not answer (and leaves it running),
+# waits (bounded) until it does, and prints the line `DOCKER_HOST=unix:///run/osrdyne-docker.sock`
+# on stdout (everything else goes to stderr), so callers can
+# `export "$(scripts/ensure_dockerd.sh)"`.
 #
 # The engine runs without a bridge or iptables rules (containers use --network host) and with
 # the vfs storage driver, which works inside unprivileged-overlay sandboxes.
 set -euo pipefail
+source "$(dirname "$0")/_quiet.sh"
 
 SOCK=/run/osrdyne-docker.sock
 HOST="unix://${SOCK}"
@@ -27,8 +29,7 @@ answers() {
 
 if ! command -v curl >/dev/null 2>&1; then
     log "curl is missing: installing it"
-    apt-get update -qq >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl >&2
+    apt_install curl
 fi
 
 if answers; then
@@ -37,11 +38,10 @@ if answers; then
 fi
 
 if ! command -v dockerd >/dev/null 2>&1; then
-    log "dockerd is missing: installing docker.io"
-    apt-get update -qq >&2
-    # policy-rc.d keeps the package from starting the system's own engine.
-    DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 apt-get install -y -qq --no-install-recommends \
-        docker.io >&2
+    log "dockerd is missing: installing docker.io (quietly)"
+    # RUNLEVEL=1 tells the package's maintainer scripts (invoke-rc.d) not to start the
+    # system's own engine: this script starts one of its own below.
+    RUNLEVEL=1 apt_install docker.io
 fi
 
 # A stale pidfile from a dead engine would make dockerd refuse to start.

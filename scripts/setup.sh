@@ -1,31 +1,37 @@
 #!/usr/bin/env bash
 # Everything the demo and the tests need, installed by the project itself: a virtualenv with
-# the package and its extras, Java for Spark, and a RabbitMQ broker with its management API.
-# Idempotent and quiet when there is nothing to do. Source it or run it.
+# the package and its extras (.venv), Java for Spark, busybox-static for the docker driver's
+# test image, headless Chromium and its driver for the console's browser tests, the AMQP
+# clients of other stacks the interop tests use (scripts/ensure_interop_clients.sh), and a
+# RabbitMQ broker with its management API, left running (scripts/ensure_broker.sh).
+# Idempotent, and quiet unless something fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/_quiet.sh
 
 log() { echo "setup: $*" >&2; }
 
 if [[ ! -x .venv/bin/python ]]; then
   log "creating .venv"
-  python3 -m venv .venv
+  quietly python3 -m venv .venv
 fi
 stamp=.venv/.osrdyne-installed
 if [[ ! -f $stamp || pyproject.toml -nt $stamp ]]; then
   log "installing osrdyne and its dependencies into .venv (first run takes a few minutes)"
-  .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q -e ".[all]"
+  quietly .venv/bin/pip install --upgrade pip
+  quietly .venv/bin/pip install -e ".[all]"
   touch "$stamp"
 fi
 
 missing=()
 command -v java >/dev/null || missing+=(openjdk-17-jre-headless)     # Spark
 [[ -x /bin/busybox ]] || missing+=(busybox-static)                    # docker test image
+command -v chromium >/dev/null || missing+=(chromium)                  # console tests
+command -v chromedriver >/dev/null || missing+=(chromium-driver)       # ... driven by selenium
 if (( ${#missing[@]} )); then
   log "installing ${missing[*]}"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  apt_install "${missing[@]}"
 fi
 
+scripts/ensure_interop_clients.sh
 scripts/ensure_broker.sh

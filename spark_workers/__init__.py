@@ -22,7 +22,7 @@ from spark_workers.keyed import VIEW_NAME, LoadedDataset, SparkWorker
 from spark_workers.query import Query
 from spark_workers.session import build_session, spark_conf
 from spark_workers.settings import SparkWorkerSettings
-from spark_workers.sql_guard import QueryRefused, checked_sql
+from spark_workers.sql_guard import QueryRefused, QueryTooLarge, checked_sql
 
 __all__ = [
     "Catalog",
@@ -33,6 +33,7 @@ __all__ = [
     "LoadedDataset",
     "Query",
     "QueryRefused",
+    "QueryTooLarge",
     "SparkWorker",
     "SparkWorkerSettings",
     "VIEW_NAME",

@@ -10,6 +10,14 @@ A key that names no dataset (`DatasetError` from `validate` or `load`) does not 
 worker, which would only be restarted to fail again: it starts, reports ready, and answers
 every request with that error.
 
+A worker whose JVM is gone, on the other hand, cannot serve anything: when the JVM exits (an
+OutOfMemoryError ends it, see `session`; `System.exit`; a crash) or stops answering, the
+requests in flight are answered with `worker_error` (reason `resources` after an OOM, else
+`jvm_lost`), requests not yet started go back to the queue, and the process ends with exit
+code 70 (`EXIT_JVM_LOST`) once drained, so its driver starts a fresh one. Work still running
+`cancel_grace` seconds after its bound (planning cannot be interrupted) ends the process the
+same way, with exit code 71 (`EXIT_OVERRUN`). Each logs one line saying why.
+
     app = SparkWorker(load=lambda spark, key: spark.read.parquet(f"/data/{key}"))
 
     @app.handler()
@@ -23,13 +31,17 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
+import signal
+import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from spark_workers import cancellation, catalog, session
+from spark_workers import cancellation, catalog, jvm, session
 from spark_workers import settings as settings_mod
-from worker_sdk import HandlerError, Request, Worker, WorkerSettings
+from worker_sdk import HandlerError, Request, Requeue, Worker, WorkerSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -42,6 +54,15 @@ SparkHandler = Callable[[Request, "LoadedDataset"], Any]
 
 #: The temp view handlers' SQL reads the dataset from.
 VIEW_NAME = "dataset"
+
+#: Exit codes of a worker that ends itself: its JVM is gone, or work overran its bound.
+EXIT_JVM_LOST = 70
+EXIT_OVERRUN = 71
+
+#: Seconds to wait for the JVM process to exit once py4j cannot reach it (to tell an OOM).
+_EXIT_WAIT = 5.0
+#: Seconds past the drain timeout after which a worker ending itself exits regardless.
+_HARD_EXIT_MARGIN = 15.0
 
 
 @dataclasses.dataclass
@@ -85,6 +106,15 @@ class SparkWorker:
         self.data: LoadedDataset | None = None
         #: Why the key could not be served, once `start` failed permanently.
         self.load_error: str | None = None
+        #: Why the JVM is gone, once it is.
+        self.lost: jvm.JvmLost | None = None
+        #: The code the process ends with, once it must end (`EXIT_JVM_LOST`, `EXIT_OVERRUN`).
+        self.exit_code: int | None = None
+        self._runner: cancellation.Runner | None = None
+        self._watch: jvm.Watch | None = None
+        self._owns_process = False  # set by `run()`: ending the worker ends this process
+        self._stopping = False
+        self._fatal_lock = threading.Lock()
 
     @property
     def worker(self) -> Worker:
@@ -109,8 +139,20 @@ class SparkWorker:
         return register
 
     def run(self) -> None:
-        """Serve until SIGTERM: the entry point of a worker process."""
-        self.worker.run()
+        """Serve until SIGTERM: the entry point of a worker process. Exits non-zero when the
+        worker had to end itself (its JVM is gone, or work overran its bound)."""
+        self._owns_process = True
+        try:
+            self.worker.run()
+        finally:
+            if self.exit_code is not None:
+                logger.info("worker process exiting with code %d", self.exit_code)
+                logging.shutdown()
+                sys.stdout.flush()
+                sys.stderr.flush()
+                # Not sys.exit: a Spark thread may still be stuck in a JVM call, and the
+                # interpreter would wait for it forever at exit.
+                os._exit(self.exit_code)
 
     # -- loading --------------------------------------------------------------------------
 
@@ -142,6 +184,12 @@ class SparkWorker:
             self.load_error = str(exc)
             logger.error("key %r cannot be served: %s", key, exc)
             return
+        self._runner = cancellation.Runner(
+            spark, grace=self.settings.cancel_grace, on_overrun=self._overrun
+        )
+        self._watch = jvm.Watch.of(spark)
+        if self._watch is not None:
+            self._watch.subscribe(self._jvm_exited)
         self.data = LoadedDataset(
             key=key, spark=spark, df=df, settings=self.settings, timings=timings, rows=rows
         )
@@ -154,23 +202,81 @@ class SparkWorker:
         )
 
     def call(self, fn: SparkHandler, request: Request) -> Any:
-        """Run a handler on the loaded dataset, in a job group cancelled at the deadline."""
+        """Run a handler on the loaded dataset, on a Spark thread in a job group; answered
+        (`DeadlineExceeded`) at the request's deadline or `query_timeout`, whatever Spark does."""
         if self.data is None:
             raise HandlerError(
                 self.load_error or "the dataset is not loaded",
                 details={"reason": "dataset"},
             )
-        data = self.data
+        if self.lost is not None or self.exit_code is not None:
+            # Not this request's fault: another worker (or this one, restarted) serves it.
+            raise Requeue("the worker is ending: " + (self.lost.message if self.lost else ""))
+        data, runner = self.data, self._runner
+        assert runner is not None
         timeout = self.settings.query_timeout
         left = request.time_left()
         if left is not None:
             timeout = min(timeout, left)
-        return cancellation.run_in_job_group(
-            data.spark,
-            lambda: fn(request, data),
-            timeout=timeout,
-            description=f"{request.path or 'default'} {request.correlation_id or ''}",
+        try:
+            return runner.run(
+                lambda: fn(request, data),
+                timeout=timeout,
+                description=f"{request.path or 'default'} {request.correlation_id or ''}",
+            )
+        except cancellation.DeadlineExceeded:
+            raise
+        except Exception as exc:
+            lost = self._lost_by(exc)
+            if lost is None:
+                raise
+            details = {"reason": lost.reason, "exit_code": lost.exit_code}
+            raise HandlerError(lost.message, details=details) from exc
+
+    # -- the end of a worker that cannot go on --------------------------------------------
+
+    def _lost_by(self, exc: BaseException) -> jvm.JvmLost | None:
+        """Whether `exc` means the JVM is gone (then the worker ends), and why."""
+        if self.lost is None and self._watch is not None and self._watch.lost is not None:
+            self._jvm_exited(self._watch.lost)  # seen exiting before its subscribers heard
+        if self.lost is not None:
+            return self.lost
+        if not jvm.is_connection_error(exc):
+            return None
+        watched = self._watch.wait_lost(_EXIT_WAIT) if self._watch is not None else None
+        lost = watched or jvm.JvmLost("jvm_lost", None)
+        self._jvm_exited(lost)
+        return self.lost
+
+    def _jvm_exited(self, lost: jvm.JvmLost) -> None:
+        if self._stopping:
+            return  # the worker stops anyway: the JVM goes with it
+        with self._fatal_lock:
+            if self.lost is None:
+                self.lost = lost
+        self._end(EXIT_JVM_LOST, lost.cause)
+
+    def _overrun(self, description: str, seconds: float) -> None:
+        self._end(
+            EXIT_OVERRUN,
+            f"{description.strip()} is still running {seconds:.0f} s after it was cancelled "
+            "(planning cannot be interrupted)",
         )
+
+    def _end(self, code: int, why: str) -> None:
+        """End the worker: stop taking requests, answer those in flight, exit with `code`."""
+        with self._fatal_lock:
+            if self.exit_code is not None:
+                return
+            self.exit_code = code
+        logger.error("ending the worker (exit code %d): %s", code, why)
+        if not self._owns_process:
+            return  # an embedded worker (tests): the caller decides
+        os.kill(os.getpid(), signal.SIGTERM)  # worker_sdk's staged shutdown, then `run` exits
+        grace = self.worker.settings.drain_timeout + _HARD_EXIT_MARGIN
+        timer = threading.Timer(grace, os._exit, args=(code,))
+        timer.name, timer.daemon = "hard exit", True
+        timer.start()
 
     # -- worker_sdk wiring ----------------------------------------------------------------
 
@@ -187,5 +293,10 @@ class SparkWorker:
         self.start(worker.settings.key)
 
     def _on_shutdown(self, worker: Worker) -> None:
-        if self.data is not None:
-            self.data.spark.stop()
+        self._stopping = True
+        if self._watch is not None:
+            self._watch.unsubscribe(self._jvm_exited)
+        if self._runner is not None:
+            self._runner.close()
+        if self.data is not None and self.exit_code is None:
+            self.data.spark.stop()  # not when ending: the JVM is gone, or a thread is stuck

@@ -9,8 +9,10 @@ Endpoints (`x-rpc-path`):
 - `schema`: the dataset's columns and types, and its row count;
 - `count`: the number of rows matching an optional `{"where": [...]}`.
 
-Every failure a client can cause (bad JSON, unknown column, refused SQL, too large a result,
-the deadline) is answered with a `worker_error` response and a JSON body saying why.
+Every failure a client can cause (bad JSON, a document over the size limits, unknown column,
+refused SQL, too large a result, the deadline, a query that exhausted the JVM) is answered
+with a `worker_error` response and a JSON body saying why. SQL and structured queries alike
+go through `sql_guard` before Spark runs anything.
 """
 
 from __future__ import annotations
@@ -57,10 +59,20 @@ class PlanCache:
 
 
 def _plan(data: keyed.LoadedDataset, q: query.Query) -> DataFrame:
+    limits = guard_limits(data.settings)
     if q.sql is not None:
-        df = sql_guard.checked_sql(data.spark, q.sql, view=keyed.VIEW_NAME)
+        df = sql_guard.checked_sql(data.spark, q.sql, view=keyed.VIEW_NAME, limits=limits)
         return df.limit(q.limit) if q.limit is not None else df
-    return query.build(data.df, q, view=keyed.VIEW_NAME)
+    return query.build(data.df, q, view=keyed.VIEW_NAME, limits=limits)
+
+
+def guard_limits(settings: settings_mod.SparkWorkerSettings) -> sql_guard.Limits:
+    """The guard's bounds from the worker's settings."""
+    return sql_guard.Limits(
+        max_sql_chars=settings.max_sql_chars,
+        max_generated=settings.max_generated,
+        max_plan_nodes=settings.max_plan_nodes,
+    )
 
 
 def plan_cache(data: keyed.LoadedDataset) -> PlanCache:
@@ -73,7 +85,7 @@ def plan_cache(data: keyed.LoadedDataset) -> PlanCache:
 
 def answer_query(request: Request, data: keyed.LoadedDataset) -> Any:
     """The default endpoint: run a query document."""
-    return run_query(data, query.parse(request.body))
+    return run_query(data, query.parse(request.body, data.settings))
 
 
 def run_query(data: keyed.LoadedDataset, q: query.Query) -> Any:
@@ -108,11 +120,12 @@ def answer_schema(request: Request, data: keyed.LoadedDataset) -> dict[str, Any]
 
 def answer_count(request: Request, data: keyed.LoadedDataset) -> dict[str, int]:
     """Rows matching the optional `where` conditions."""
-    q = query.parse(request.body)
+    q = query.parse(request.body, data.settings)
     if q.sql is not None or q.select is not None or q.group_by or q.aggregates:
         raise HandlerError("count takes only 'where' conditions", details={"reason": "invalid"})
     try:
-        return {"count": query.build(data.df, q, view=keyed.VIEW_NAME).count()}
+        df = query.build(data.df, q, view=keyed.VIEW_NAME, limits=guard_limits(data.settings))
+        return {"count": df.count()}
     except HandlerError:
         raise
     except Exception as exc:

@@ -4,6 +4,14 @@ A worker builds exactly one session and keeps it for its whole life: starting Sp
 seconds, a query on cached data tens of milliseconds. The Spark settings that matter for
 latency and safety are set here, in one place, so the query worker and the benchmark measure
 the same thing.
+
+Safety settings win over `extra_conf` (a warning says so): SQL cannot read files by path
+(`spark.sql.runSQLOnFiles=false`), and the SQL parser substitutes no variables
+(`spark.sql.variable.substitute=false`: with it on, `SELECT '${env:WORKER_AMQP_URI}'` is a
+plain literal that reads the JVM's environment, `${spark.x}` its configuration). The driver
+JVM exits on OutOfMemoryError (`-XX:+ExitOnOutOfMemoryError`, added to whatever
+`spark.driver.extraJavaOptions` says) and is launched without the worker's credentials
+(`jvm.launch_environment`).
 """
 
 from __future__ import annotations
@@ -11,6 +19,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from spark_workers import jvm
 from spark_workers import settings as settings_mod
 
 if TYPE_CHECKING:
@@ -21,6 +30,14 @@ logger = logging.getLogger(__name__)
 #: Loggers pyspark uses to print every failed query with its stack trace: a worker answers
 #: bad queries with an error response, so these are noise in its log.
 _QUERY_ERROR_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
+
+#: Settings `extra_conf` cannot change.
+SAFETY_CONF = {
+    # SQL cannot read files by path (`SELECT * FROM parquet.`/etc``).
+    "spark.sql.runSQLOnFiles": "false",
+    # `${env:X}`, `${system:X}`, `${spark.x}` in SQL text stay text.
+    "spark.sql.variable.substitute": "false",
+}
 
 
 def spark_conf(settings: settings_mod.SparkWorkerSettings) -> dict[str, str]:
@@ -33,8 +50,6 @@ def spark_conf(settings: settings_mod.SparkWorkerSettings) -> dict[str, str]:
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
         "spark.sql.adaptive.enabled": str(settings.adaptive).lower(),
-        # Safety: SQL cannot read files by path (`SELECT * FROM parquet.`/etc``).
-        "spark.sql.runSQLOnFiles": "false",
         # Arrow for toArrow/toPandas: results leave the JVM as columnar batches.
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         # Local mode: do not wait for a "better" executor that does not exist.
@@ -49,6 +64,12 @@ def spark_conf(settings: settings_mod.SparkWorkerSettings) -> dict[str, str]:
     if settings.executor_cores:
         conf["spark.executor.cores"] = str(settings.executor_cores)
     conf.update(settings.extra_conf)
+    for name, value in SAFETY_CONF.items():
+        if conf.get(name, value) != value:
+            logger.warning("ignoring %s=%s from extra_conf: it stays %s", name, conf[name], value)
+        conf[name] = value
+    options = "spark.driver.extraJavaOptions"
+    conf[options] = jvm.driver_java_options(conf.get(options))
     return conf
 
 
@@ -57,12 +78,21 @@ def build_session(settings: settings_mod.SparkWorkerSettings) -> SparkSession:
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder
-    for name, value in spark_conf(settings).items():
+    conf = spark_conf(settings)
+    for name, value in conf.items():
         builder = builder.config(name, value)
-    spark = builder.getOrCreate()
+    with jvm.launch_environment() as withheld:
+        spark = builder.getOrCreate()
+    for name, value in SAFETY_CONF.items():  # a session joined in-process keeps its own conf
+        spark.conf.set(name, value)
     spark.sparkContext.setLogLevel(settings.log_level)
     quiet_query_errors()
-    logger.info("SparkSession %s ready (master %s)", spark.version, spark.sparkContext.master)
+    logger.info(
+        "SparkSession %s ready (master %s); JVM launched without %d credential-bearing variable(s)",
+        spark.version,
+        spark.sparkContext.master,
+        len(withheld),
+    )
     return spark
 
 

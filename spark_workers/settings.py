@@ -87,5 +87,45 @@ class SparkWorkerSettings(BaseSettings):
     query_timeout: float = Field(
         default=300.0,
         gt=0,
-        description="Seconds a query may run when the caller set no earlier `x-deadline`.",
+        description="Seconds a query may take, planning included, when the caller set no "
+        "earlier `x-deadline`; the caller is answered at that bound whatever Spark does.",
+    )
+    cancel_grace: float = Field(
+        default=30.0,
+        gt=0,
+        description="Seconds a query may keep running after it was cancelled at its bound. "
+        "Planning cannot be interrupted: past this grace the worker process ends (non-zero "
+        "exit) so its driver restarts it rather than keeping a busy JVM thread forever.",
+    )
+
+    # -- the size of what clients send (checked before Spark sees it) ---------------------
+    max_request_bytes: int = Field(
+        default=1024 * 1024, ge=1024, description="Largest request body, in bytes."
+    )
+    max_sql_chars: int = Field(
+        default=20_000, ge=100, description="Longest SQL text of a `sql` query, in characters."
+    )
+    max_in_values: int = Field(
+        default=1_000, ge=1, description="Most values of one `in`/`not in` condition."
+    )
+    max_conditions: int = Field(
+        default=100, ge=1, description="Most conditions in a structured query's `where`."
+    )
+    max_columns: int = Field(
+        default=100,
+        ge=1,
+        description="Most entries in each of `select`, `group_by`, `aggregates`, `order_by`.",
+    )
+    max_generated: int = Field(
+        default=10_000,
+        ge=1,
+        description="Largest product of the sizes asked of data-generating SQL functions in "
+        "one query (`sequence`, `repeat`, `lpad`, `array_repeat`, `stack`...): their sizes "
+        "must be constants, multiplied together.",
+    )
+    max_plan_nodes: int = Field(
+        default=10_000,
+        ge=100,
+        description="Most nodes of a query's parsed plan once each CTE reference is replaced "
+        "by its definition (planning works on that expansion).",
     )

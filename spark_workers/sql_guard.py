@@ -1,228 +1,365 @@
-"""Only read-only SELECTs over the worker's own dataset reach Spark.
+"""Only read-only queries over the worker's own dataset reach Spark, and nothing a client
+sends runs before the guard has decided.
 
-Clients send SQL text; Spark SQL can also create tables, set configuration, read any file
-(`parquet.`/path``, `read_files`), call Java methods (`reflect`) or list the catalog. The
-guard checks a query twice, with Spark's own parser and analyzer rather than regexes:
+`spark.sql` runs a command as soon as it is called, and even *analysing* `EXECUTE IMMEDIATE
+'<command>'` runs the command (Spark 4.3). So client SQL never meets `spark.sql`:
 
-1. the *parsed* plan (nothing executed yet; `spark.sql` would run a command eagerly) may only
-   hold query operators from an allowlist, relations named by a single identifier, and no
-   table-valued function or denied function;
-2. the *analyzed* plan (`spark.sql` is lazy for queries) may only read the temp view
-   `dataset`: every leaf relation outside that view is refused.
+1. the text is bounded (`max_sql_chars`), holds no `${` and is parsed with
+   `sessionState.sqlParser.parsePlan` (pure: it builds a tree), in a thread whose active
+   session is the worker's: without one, the parser falls back to Spark's default conf and
+   substitutes `${env:X}`, `${system:X}` with the JVM's environment and properties;
+2. the **parsed** plan is checked against allowlists (`sql_allowlist`): query operators only
+   (any command, `EXECUTE IMMEDIATE`, `SET VAR`, `INSERT OVERWRITE DIRECTORY`, script or
+   `TRANSFORM` is refused here, before the analyzer sees it), functions by name, one-part
+   relation names, join hints only, no table-valued functions, no recursive CTEs, and what
+   the query asks of the driver (`sql_bounds`: data generated from constants, the plan its
+   CTEs expand into, grouping sets). This matters before analysis: the analyzer evaluates
+   some constants itself (`VALUES` rows, `IDENTIFIER`, `LIMIT`) and expands CTE chains;
+3. the plan is analysed without being executed (`sessionState.executePlan(plan).analyzed`:
+   lazy, commands are only run by `commandExecuted`, which is never reached);
+4. the **analyzed** plan is checked: every operator and every expression by its resolved
+   class, whatever the spelling (`IDENTIFIER('reflect')`, `system.builtin.x`, a bare
+   `current_user`, a lambda, a subquery, a CTE), and every leaf relation must be the temp view
+   `dataset` (constants and CTE references aside);
+5. the DataFrame is built from that checked plan (`Dataset.ofRows`, which does not analyse an
+   analysed plan again): what runs is exactly what was checked.
 
-`spark.sql.runSQLOnFiles=false` (set by `session`) is a third, independent fence.
+The structured queries of `spark_workers.query` take the same path, their values bound as
+literals by the parser (`parsePlanWithParameters`). `spark.sql.runSQLOnFiles=false` is a
+further, independent fence.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
+from spark_workers import plan_tree, sql_bounds
+from spark_workers import sql_allowlist as allow
 from worker_sdk import HandlerError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-_PLAN_PACKAGE = "org.apache.spark.sql.catalyst.plans.logical."
-_EXPRESSION_PACKAGES = (
-    "org.apache.spark.sql.catalyst.expressions.",
-    "org.apache.spark.sql.catalyst.analysis.",
-)
-
-#: Logical operators a read-only query is made of (simple class names).
-ALLOWED_OPERATORS = frozenset(
-    {
-        "Aggregate",
-        "CTERelationDef",
-        "CTERelationRef",
-        "Deduplicate",
-        "Distinct",
-        "Except",
-        "Expand",
-        "Filter",
-        "Generate",
-        "GlobalLimit",
-        "Intersect",
-        "Join",
-        "LateralJoin",
-        "LocalLimit",
-        "LocalRelation",
-        "Offset",
-        "OneRowRelation",
-        "Pivot",
-        "Project",
-        "Repartition",
-        "RepartitionByExpression",
-        "ResolvedHint",
-        "Sample",
-        "Sort",
-        "SubqueryAlias",
-        "Tail",
-        "Union",
-        "UnresolvedHint",
-        "UnresolvedWith",
-        "Unpivot",
-        "View",
-        "Window",
-        "WithCTE",
-        "WithWindowDefinition",
-    }
-)
-
-#: Leaf relations allowed outside the dataset view (constants and CTE references).
-ALLOWED_LEAVES = frozenset({"CTERelationRef", "LocalRelation", "OneRowRelation"})
-
-#: Functions that reach outside the dataset: Java reflection, file names.
-DENIED_FUNCTIONS = frozenset(
-    {
-        "input_file_block_length",
-        "input_file_block_start",
-        "input_file_name",
-        "java_method",
-        "reflect",
-        "try_reflect",
-    }
-)
+    from spark_workers.plan_tree import Tree
 
 
 class QueryRefused(HandlerError):
-    """The SQL is not a read-only query over the dataset."""
+    """The SQL is not a read-only query over the dataset made of allowed parts."""
 
     def __init__(self, message: str, **details: Any) -> None:
         super().__init__(message, details={"reason": "refused", **details})
 
 
-def checked_sql(spark: SparkSession, sql: str, *, view: str = "dataset") -> DataFrame:
-    """The DataFrame of `sql`, once it is known to only read `view` (raises `HandlerError`)."""
+class QueryTooLarge(HandlerError):
+    """The query exceeds a size limit of the worker (refused before Spark sees it)."""
+
+    def __init__(self, what: str, *, limit: str, size: int, maximum: int) -> None:
+        super().__init__(
+            f"{what}: {size} > {maximum} (SPARK_WORKER_{limit.upper()})",
+            details={"reason": "limit", "limit": limit, "size": size, "max": maximum},
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """Bounds the guard enforces (from `SparkWorkerSettings`)."""
+
+    #: Longest SQL text (None: not checked, for SQL the worker wrote itself).
+    max_sql_chars: int | None = 20_000
+    #: Largest product of the sizes of data-generating calls in one query.
+    max_generated: int = 10_000
+    #: Most nodes of the parsed plan once every CTE reference is replaced by its definition
+    #: (the analyzer and optimizer work on that expansion: a chain of CTEs each reading the
+    #: previous one twice doubles it at every step).
+    max_plan_nodes: int = 10_000
+
+
+def checked_sql(
+    spark: SparkSession,
+    sql: str,
+    *,
+    view: str = "dataset",
+    params: dict[str, Any] | None = None,
+    limits: Limits | None = None,
+) -> DataFrame:
+    """The DataFrame of `sql` (named `params` bound as literals), once it is known to be an
+    allowed read-only query of `view` (raises `HandlerError`)."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors.exceptions.captured import CapturedException
+    from pyspark.sql import DataFrame
+
+    spark_errors = (Py4JJavaError, CapturedException)  # JVM exceptions, raw or as pyspark's
+
+    limits = limits or Limits()
     if not sql.strip():
         raise QueryRefused("empty SQL query")
-    parser = spark._jsparkSession.sessionState().sqlParser()
+    if limits.max_sql_chars is not None and len(sql) > limits.max_sql_chars:
+        raise QueryTooLarge(
+            "SQL text too long",
+            limit="max_sql_chars",
+            size=len(sql),
+            maximum=limits.max_sql_chars,
+        )
+    if "${" in sql:
+        raise QueryRefused("'${' is not allowed in SQL text (no variable substitution)")
+    jsession = spark._jsparkSession
+    # The parser reads the conf of the thread's active session: a JVM thread that never had
+    # one falls back to defaults, where `${env:X}` is substituted (see `session`).
+    activate(spark)
     try:
-        parsed = json.loads(parser.parsePlan(sql).toJSON())
-    except Exception as exc:
+        plan = _parse(spark, sql, params)
+        parsed = plan_tree.loads(plan.toJSON())
+    except spark_errors as exc:
         raise HandlerError(f"invalid SQL: {_message(exc)}", details={"reason": "syntax"}) from exc
-    check_parsed(parsed)
     try:
-        df = spark.sql(sql)
-        analyzed = json.loads(df._jdf.queryExecution().analyzed().toJSON())
-    except Exception as exc:
+        check_parsed(parsed, limits=limits)
+    except RecursionError:
+        raise QueryRefused("the query is nested too deeply") from None
+    try:
+        state = jsession.sessionState()
+        analyzed = state.executePlan(plan, getattr(state, "executePlan$default$2")()).analyzed()
+        tree = plan_tree.loads(analyzed.toJSON())
+    except spark_errors as exc:
         raise HandlerError(
             f"invalid query: {_message(exc)}", details={"reason": "analysis"}
         ) from exc
-    check_analyzed(analyzed, view=view)
-    return df
+    try:
+        check_analyzed(tree, view=view, limits=limits)
+    except RecursionError:
+        raise QueryRefused("the query is nested too deeply") from None
+    dataset = spark._jvm.org.apache.spark.sql.classic.Dataset  # type: ignore[union-attr]
+    return DataFrame(dataset.ofRows(jsession, analyzed), spark)
 
 
-def check_parsed(flat_plan: list[dict[str, Any]]) -> None:
-    """Refuse anything but query operators, single-name relations and allowed functions."""
-    if not flat_plan:
+def activate(spark: SparkSession) -> None:
+    """Make `spark` the active session of the calling thread's JVM thread."""
+    jvm: Any = spark._jvm
+    jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+
+
+def check_parsed(trees: list[Tree], *, limits: Limits | None = None) -> None:
+    """Refuse a parsed plan holding anything but allowed operators and functions, or asking
+    more than `limits` (see `sql_bounds`)."""
+    if not trees:
         raise QueryRefused("empty plan")
-    for node in _all_nodes(flat_plan):
-        cls: str = node["class"]
-        simple = cls.rsplit(".", 1)[-1]
-        if simple == "UnresolvedRelation":
-            parts = _name_parts(node.get("multipartIdentifier"))
+    limits = limits or Limits()
+    checker = _Parsed(limits)
+    try:
+        for tree in trees:
+            checker.visit(tree)
+        size = sum(sql_bounds.expanded_size(tree) for tree in trees)
+    except sql_bounds.OutOfBounds as exc:
+        raise QueryRefused(str(exc), **exc.details) from None
+    if size > limits.max_plan_nodes:
+        raise QueryRefused(
+            f"the query's plan would hold {size} nodes once its CTEs are expanded (at most "
+            f"{limits.max_plan_nodes}, SPARK_WORKER_MAX_PLAN_NODES)",
+            limit="max_plan_nodes",
+        )
+
+
+def check_analyzed(
+    trees: list[Tree], *, view: str = "dataset", limits: Limits | None = None
+) -> None:
+    """Refuse an analyzed plan with a class outside the allowlists, reading anything but the
+    temp view `view`, or asking more than `limits`."""
+    checker = _Analyzed(limits or Limits(), view)
+    try:
+        for tree in trees:
+            checker.visit(tree)
+    except sql_bounds.OutOfBounds as exc:
+        raise QueryRefused(str(exc), **exc.details) from None
+
+
+class _Checker:
+    """A walk over every node of a plan: operators, their expressions, nested subqueries."""
+
+    operators: frozenset[str]
+    expressions: frozenset[str]
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+
+    def visit(self, tree: Tree) -> None:
+        if tree.name in self.operators and tree.cls.startswith(plan_tree.CATALYST):
+            self.operator(tree)
+            for _key, value in tree.fields():
+                for inner in plan_tree.nested(value):
+                    self.visit(inner)
+            for child in tree.children:
+                self.visit(child)
+        else:
+            self.expression(tree)
+
+    def operator(self, tree: Tree) -> None:
+        """Checks of one operator (its expressions and children are visited after)."""
+
+    def expression(self, tree: Tree) -> None:
+        if tree.name not in self.expressions or not tree.cls.startswith(plan_tree.CATALYST):
+            _refuse_class(tree)
+        skip = set()
+        if "replacement" in tree.node and tree.name in allow.ALLOWED_EXPRESSIONS:
+            # Spark's own rewrite of an allowed function (`nvl` -> `coalesce`...), built from
+            # the arguments, which are checked where they are.
+            skip.add(tree.node["replacement"])
+        for key, value in tree.fields():
+            if key != "replacement":
+                for inner in plan_tree.nested(value):
+                    self.visit(inner)
+        for index, child in enumerate(tree.children):
+            if index not in skip:
+                self.visit(child)
+
+
+class _Parsed(_Checker):
+    operators = allow.PARSED_OPERATORS
+    expressions = allow.ALLOWED_EXPRESSIONS | allow.PARSED_EXPRESSIONS
+
+    def __init__(self, limits: Limits) -> None:
+        super().__init__(limits)
+        self.budget = sql_bounds.Budget(limits.max_generated)
+
+    def operator(self, tree: Tree) -> None:
+        node = tree.node
+        if tree.name == "UnresolvedRelation":
+            parts = plan_tree.name_parts(node.get("multipartIdentifier"))
             if len(parts) != 1:
                 raise QueryRefused(
                     f"only the view 'dataset' can be queried, not {'.'.join(parts)!r}"
                 )
-        elif simple == "UnresolvedTableValuedFunction":
-            name = ".".join(_name_parts(node.get("name")))
-            raise QueryRefused(f"table-valued functions are not allowed ({name})")
-        elif simple == "UnresolvedFunction":
-            parts = _name_parts(node.get("nameParts"))
-            if parts and parts[-1].lower() in DENIED_FUNCTIONS:
-                raise QueryRefused(f"function {parts[-1]!r} is not allowed")
-        elif cls.startswith(_PLAN_PACKAGE):
-            if simple not in ALLOWED_OPERATORS:
-                raise QueryRefused(
-                    f"only SELECT queries are allowed (this is a {simple})", operator=simple
-                )
-        elif not cls.startswith(_EXPRESSION_PACKAGES):
-            raise QueryRefused(f"only SELECT queries are allowed (found {simple})")
+            if node.get("isStreaming"):
+                raise QueryRefused("streaming reads are not allowed")
+        elif tree.name == "UnresolvedWith" and node.get("allowRecursion"):
+            raise QueryRefused("recursive CTEs are not allowed")
+        elif tree.name == "UnresolvedHint":
+            name = str(node.get("name", "")).upper()
+            if name not in allow.JOIN_HINTS:
+                raise QueryRefused(f"hint {name} is not allowed (join hints only)")
+
+    def expression(self, tree: Tree) -> None:
+        if tree.name == "UnresolvedFunction":
+            parts = plan_tree.name_parts(tree.node.get("nameParts"))
+            self.call(parts, tree.field_list("arguments"))
+        elif tree.name == "UnresolvedGenerator":
+            name = tree.node.get("name") or {}
+            keys = ("catalog", "database", "funcName")
+            self.call([str(name[k]) for k in keys if name.get(k)], tree.children)
+        elif tree.name == "ExpressionWithUnresolvedIdentifier":
+            self.identifier(tree)
+        elif tree.name in ("Cube", "Rollup", "GroupingSets"):
+            self.budget.grouping(tree)
+        super().expression(tree)
+
+    def identifier(self, tree: Tree) -> None:
+        """`IDENTIFIER('name')` takes a string literal: the name is then known here."""
+        target = tree.field("identifierExpr")
+        try:
+            text = plan_tree.constant(target) if target is not None else None
+        except plan_tree.NotConstant:
+            text = None
+        if not isinstance(text, str):
+            raise QueryRefused("IDENTIFIER(...) only takes a string literal")
+        parts = plan_tree.split_identifier(text)
+        args = tree.field_list("otherExprs")
+        if args or (parts and parts[-1].lower() in allow.ALLOWED_FUNCTIONS):
+            self.call(parts, args)
+        # else a column name: the analyzed plan shows what it resolved to
+
+    def call(self, parts: list[str], args: list[Tree] | tuple[Tree, ...]) -> None:
+        qualifier = tuple(p.lower() for p in parts[:-1])
+        name = parts[-1].lower() if parts else ""
+        if qualifier not in allow.ALLOWED_QUALIFIERS or name not in allow.ALLOWED_FUNCTIONS:
+            raise QueryRefused(f"function {'.'.join(parts)!r} is not allowed", function=name)
+        self.budget.call(name, args)
 
 
-def check_analyzed(flat_plan: list[dict[str, Any]], *, view: str = "dataset") -> None:
-    """Refuse a plan reading any relation other than the temp view `view`."""
-    for tree in _trees(flat_plan):
-        _check_tree(tree, view)
+class _Analyzed(_Checker):
+    operators = allow.ANALYZED_OPERATORS
+    expressions = allow.ALLOWED_EXPRESSIONS
+
+    def __init__(self, limits: Limits, view: str) -> None:
+        super().__init__(limits)
+        self.view = view
+
+    def visit(self, tree: Tree) -> None:
+        if tree.name == "View" and tree.cls.startswith(plan_tree.CATALYST):
+            identifier = (tree.node.get("desc") or {}).get("identifier") or {}
+            name = identifier.get("table")
+            if name != self.view or not tree.node.get("isTempView"):
+                raise QueryRefused(f"only the view {self.view!r} can be queried, not {name!r}")
+            return  # the dataset's own plan: reading it is the point
+        if not tree.children and tree.name not in self.operators and _is_plan(tree):
+            raise QueryRefused(
+                f"only the view {self.view!r} can be queried (the query reads a {tree.name})"
+            )
+        super().visit(tree)
+
+    def expression(self, tree: Tree) -> None:
+        sql_bounds.check_resolved(tree, max_generated=self.limits.max_generated)
+        super().expression(tree)
 
 
-def _check_tree(tree: _Tree, view: str) -> None:
-    node, children = tree
-    simple = node["class"].rsplit(".", 1)[-1]
-    if simple == "View":
-        name = ((node.get("desc") or {}).get("identifier") or {}).get("table")
-        if name != view or not node.get("isTempView"):
-            raise QueryRefused(f"only the view {view!r} can be queried, not {name!r}")
-        return  # the dataset's own plan: its relations are the point
-    is_plan = not node["class"].startswith(_EXPRESSION_PACKAGES)
-    if is_plan and not children and simple not in ALLOWED_LEAVES:
-        raise QueryRefused(f"the query reads a relation other than {view!r} ({simple})")
-    for value in node.values():  # subquery plans live in expression fields
-        for nested in _nested_trees(value):
-            _check_tree(nested, view)
-    for child in children:
-        _check_tree(child, view)
+# -- helpers --------------------------------------------------------------------------------
 
 
-# -- Spark's TreeNode.toJSON: each tree is a pre-order list of nodes with "num-children" ----
-
-_Tree = tuple[dict[str, Any], list[Any]]
-
-
-def _trees(flat: list[dict[str, Any]]) -> list[_Tree]:
-    trees, i = [], 0
-    while i < len(flat):
-        tree, i = _build(flat, i)
-        trees.append(tree)
-    return trees
-
-
-def _build(flat: list[dict[str, Any]], i: int) -> tuple[_Tree, int]:
-    node, children, j = flat[i], [], i + 1
-    for _ in range(int(node.get("num-children", 0))):
-        child, j = _build(flat, j)
-        children.append(child)
-    return (node, children), j
+def _parse(spark: SparkSession, sql: str, params: dict[str, Any] | None) -> Any:
+    parser = spark._jsparkSession.sessionState().sqlParser()
+    if params is None:
+        return parser.parsePlan(sql)
+    jvm: Any = spark._jvm
+    literal = jvm.org.apache.spark.sql.catalyst.expressions.Literal
+    types = jvm.org.apache.spark.sql.types.DataTypes
+    values = {name: literal.create(value, _type(types, value)) for name, value in params.items()}
+    context = jvm.org.apache.spark.sql.catalyst.parser.NamedParameterContext.apply(
+        jvm.PythonUtils.toScalaMap(values)
+    )
+    return parser.parsePlanWithParameters(sql, context)
 
 
-def _nested_trees(value: Any) -> Iterator[_Tree]:
-    if isinstance(value, list) and value:
-        if isinstance(value[0], dict) and "num-children" in value[0]:
-            yield from _trees(value)
-        else:
-            for item in value:
-                yield from _nested_trees(item)
-    elif isinstance(value, dict) and "num-children" not in value:
-        for item in value.values():
-            yield from _nested_trees(item)
+def _type(types: Any, value: Any) -> Any:
+    """The Spark type of a JSON scalar, as `pyspark.sql.functions.lit` would pick it."""
+    if value is None:
+        return types.NullType
+    if isinstance(value, bool):
+        return types.BooleanType
+    if isinstance(value, int):
+        return types.IntegerType if -(2**31) <= value < 2**31 else types.LongType
+    if isinstance(value, float):
+        return types.DoubleType
+    if isinstance(value, str):
+        return types.StringType
+    raise HandlerError(f"unsupported value {value!r}", details={"reason": "invalid_query"})
 
 
-def _all_nodes(value: Any) -> Iterator[dict[str, Any]]:
-    """Every node of every tree in a JSON plan, expressions and subqueries included."""
-    if isinstance(value, dict):
-        if "class" in value and "num-children" in value:
-            yield value
-        for item in value.values():
-            yield from _all_nodes(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _all_nodes(item)
+def _refuse_class(tree: Tree) -> None:
+    if tree.name in ("UnresolvedTableValuedFunction", "UnresolvedTVFAliases"):
+        name = ".".join(plan_tree.name_parts(tree.node.get("name")))
+        raise QueryRefused(f"table-valued functions are not allowed ({name})")
+    if _is_plan(tree):
+        raise QueryRefused(
+            f"only SELECT queries are allowed (found {tree.name})", operator=tree.name
+        )
+    raise QueryRefused(
+        f"{tree.name} is not an allowed function or expression", expression=tree.name
+    )
 
 
-def _name_parts(value: Any) -> list[str]:
-    """A Scala Seq rendered as "[a, b]" (or a JSON list) as a list of names."""
-    if isinstance(value, list):
-        return [str(v) for v in value]
-    text = str(value or "").strip()
-    if text.startswith("[") and text.endswith("]"):
-        text = text[1:-1]
-    return [part.strip() for part in text.split(",")] if text else []
+def _is_plan(tree: Tree) -> bool:
+    """Whether a node of a class outside the allowlists is a plan (else an expression)."""
+    return not tree.cls.startswith(plan_tree.CATALYST + "expressions.") and (
+        tree.cls.startswith(plan_tree.CATALYST + "plans.")
+        or not tree.name.startswith("Unresolved")
+        or tree.name.endswith(("Relation", "Function", "Immediate", "With", "Procedure"))
+    )
 
 
 def _message(exc: BaseException) -> str:
-    getter = getattr(exc, "getMessage", None)
-    text = getter() if callable(getter) else str(exc)
+    getter = getattr(exc, "getMessage", None) or getattr(
+        getattr(exc, "java_exception", None), "getMessage", None
+    )
+    try:
+        text = getter() if callable(getter) else str(exc)
+    except Exception:
+        text = str(exc)
     return str(text).strip().split("\n== SQL ==")[0].strip()

@@ -1,10 +1,12 @@
-"""Test helpers around the real broker: where it is, and removing a test pool's objects."""
+"""Test helpers around the real broker: where it is, what a pool has on it (request queues,
+bindings), and removing a test pool's objects."""
 
 from __future__ import annotations
 
 import os
 import re
 import urllib.parse
+from typing import Any
 
 import httpx
 
@@ -46,7 +48,8 @@ async def delete_pool_objects(pool: str) -> None:
             for item in response.json()["items"]:
                 name = urllib.parse.quote(item["name"], safe="")
                 await http.delete(f"/{kind}/{vhost}/{name}")
-        await http.delete(f"/policies/{vhost}/osrdyne-{pool}-requests")
+        for policy in ("requests", "poison"):
+            await http.delete(f"/policies/{vhost}/osrdyne-{pool}-{policy}")
 
 
 async def pool_declared(pool: str) -> bool:
@@ -55,3 +58,82 @@ async def pool_declared(pool: str) -> bool:
     async with management() as http:
         response = await http.get(f"/exchanges/{_vhost()}/{name}")
     return response.status_code == 200
+
+
+def _quote(name: str) -> str:
+    return urllib.parse.quote(name, safe="")
+
+
+async def request_queue(pool: str, key: str) -> dict[str, Any] | None:
+    """The management API's view of the request queue of `key`, None when it does not exist."""
+    from osrdyne.wire import PoolNames
+
+    name = PoolNames(pool).request_queue(key)
+    async with management() as http:
+        response = await http.get(f"/queues/{_vhost()}/{_quote(name)}")
+    if response.status_code == 404:
+        return None
+    response.raise_for_status()
+    found: dict[str, Any] = response.json()
+    return found
+
+
+async def request_queues(pool: str) -> list[str]:
+    """Names of the request queues of `pool`."""
+    from osrdyne.wire import PoolNames
+
+    prefix = PoolNames(pool).request_queue_prefix
+    async with management() as http:
+        response = await http.get(f"/queues/{_vhost()}", params={"columns": "name"})
+    response.raise_for_status()
+    return [q["name"] for q in response.json() if q["name"].startswith(prefix)]
+
+
+async def bound_keys(pool: str) -> set[str]:
+    """Routing keys of the queue bindings of `pool`'s request exchange."""
+    from osrdyne.wire import PoolNames
+
+    exchange = PoolNames(pool).request_exchange
+    async with management() as http:
+        response = await http.get(f"/exchanges/{_vhost()}/{_quote(exchange)}/bindings/source")
+    response.raise_for_status()
+    return {b["routing_key"] for b in response.json() if b.get("destination_type") == "queue"}
+
+
+def worker_settings(pool: str, key: str, **overrides: Any) -> Any:
+    """`worker_sdk.WorkerSettings` of an in-process worker of `key`, as a driver would give."""
+    import uuid
+
+    from osrdyne.wire import PoolNames
+    from worker_sdk import WorkerSettings
+
+    names = PoolNames(pool)
+    values: dict[str, Any] = {
+        "id": f"w-{uuid.uuid4().hex[:6]}",
+        "key": key,
+        "pool": pool,
+        "requests_queue": names.request_queue(key),
+        "activity_exchange": names.activity_exchange,
+        "amqp_uri": AMQP_URL,
+        **overrides,
+    }
+    return WorkerSettings(**values)
+
+
+class RawText(str):
+    """Text of raw bytes, as a client in another language may send it (a routing key, a
+    header value that is not UTF-8).
+
+    pamqp (under aio-pika) only sends `str`, encoded as UTF-8: a Python client cannot send
+    such bytes at all. This `str` encodes to the bytes it was made from, so a test can put on
+    the wire what any other AMQP client could."""
+
+    raw: bytes
+
+    def __new__(cls, raw: bytes) -> RawText:
+        text = super().__new__(cls, raw.decode("utf-8", errors="replace"))
+        text.raw = raw
+        return text
+
+    def encode(self, *_: object, **__: object) -> bytes:  # type: ignore[override]
+        return self.raw

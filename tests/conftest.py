@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -20,7 +21,7 @@ import pytest
 
 from osrdyne import Client
 from osrdyne.controller import Controller
-from osrdyne.settings import Settings
+from osrdyne.controller._settings import Settings
 from tests import broker
 
 
@@ -47,9 +48,15 @@ async def amqp_url() -> str:
 
 @pytest.fixture(autouse=True)
 async def no_leaked_tasks() -> AsyncIterator[None]:
-    """Fail a test that leaves asyncio tasks of its own running."""
+    """Fail a test that leaves asyncio tasks of its own running.
+
+    Garbage is collected here, in the test's event loop: an aio-pika connection the test left
+    unclosed (one that failed to connect, typically) is finalised now, with a loop to close
+    it, instead of later in whatever test happens to collect it, maybe in a thread without a
+    loop ("coroutine 'Connection.close' was never awaited", failing an unrelated test)."""
     before = asyncio.all_tasks()
     yield
+    gc.collect()
     for _ in range(50):
         leaked = {t for t in asyncio.all_tasks() - before if not t.done()}
         leaked.discard(asyncio.current_task())  # type: ignore[arg-type]
@@ -82,11 +89,27 @@ def pool(make_pool: Callable[[], str]) -> str:
     return make_pool()
 
 
-def controller_settings(pool: str, tmp_path: Path, **overrides: Any) -> Settings:
-    """Settings for a controller under test: short delays, echo workers, quick reports."""
-    settings: dict[str, Any] = {
+def merged(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """`base` with `overrides` merged in, tables recursively."""
+    out = dict(base)
+    for key, value in overrides.items():
+        out[key] = merged(out.get(key, {}), value) if isinstance(value, dict) else value
+    return out
+
+
+def settings_dict(
+    pool: str,
+    state_dir: Path,
+    *,
+    amqp_url: str = broker.AMQP_URL,
+    management_url: str = broker.MANAGEMENT_URL,
+    **overrides: Any,
+) -> dict[str, Any]:
+    """The one base configuration of a controller under test: short delays, echo workers
+    owned by `state_dir`, quick activity reports; sections in `overrides` are merged in."""
+    base: dict[str, Any] = {
         "pool": pool,
-        "amqp": {"url": broker.AMQP_URL, "management_url": broker.MANAGEMENT_URL},
+        "amqp": {"url": amqp_url, "management_url": management_url},
         "groups": {
             "unbind_delay": 30,
             "stop_delay": 30,
@@ -99,18 +122,18 @@ def controller_settings(pool: str, tmp_path: Path, **overrides: Any) -> Settings
             "subprocess": {
                 "command": [sys.executable, "-m", "worker_sdk.examples.echo"],
                 "env": {"WORKER_ACTIVITY_INTERVAL": "0.5", "WORKER_DRAIN_TIMEOUT": "5"},
-                "owner": str(tmp_path / "workers"),
+                "owner": str(state_dir),
                 "stop_timeout": 5,
                 "restart_backoff": 0.2,
             },
         },
     }
-    for section, values in overrides.items():
-        if isinstance(values, dict):
-            settings.setdefault(section, {}).update(values)
-        else:
-            settings[section] = values
-    return Settings(**settings)
+    return merged(base, overrides)
+
+
+def controller_settings(pool: str, tmp_path: Path, **overrides: Any) -> Settings:
+    """`settings_dict` as controller settings, workers owned by `tmp_path/workers`."""
+    return Settings(**settings_dict(pool, tmp_path / "workers", **overrides))
 
 
 class Running:

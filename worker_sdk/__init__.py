@@ -8,7 +8,8 @@
 
     worker.run()
 
-Only `osrdyne.protocol` is imported from osrdyne: the SDK never depends on the controller.
+Only `osrdyne.wire` (the protocol) and `osrdyne.ops.logs` (the log set-up the controller uses
+too, so both log alike) are imported from osrdyne: the SDK never depends on the controller.
 """
 
 from worker_sdk.errors import HandlerError, Requeue

@@ -15,7 +15,7 @@ import time
 import aio_pika
 import aio_pika.abc
 
-from osrdyne.protocol import Event, Header
+from osrdyne.wire import Event, Header
 
 logger = logging.getLogger(__name__)
 

@@ -13,6 +13,10 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 _BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 
 
+#: How a request can end, as counted (`Worker.stats`, `osrdyne_worker_requests_total`).
+OUTCOMES = ("ok", "failed", "requeued", "expired", "invalid", "stalled")
+
+
 class WorkerMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -20,7 +24,9 @@ class WorkerMetrics:
             "osrdyne_worker_requests_total",
             "Requests this worker finished, by outcome: ok (handled), failed (answered with "
             "an error status), requeued (handler asked to retry later), expired (the caller's "
-            "deadline had passed before the handler ran).",
+            "deadline had passed before the handler ran), invalid (protocol headers not as the "
+            "protocol allows: answered invalid_request), stalled (the handler overran its "
+            "time: answered, see `handler_timeout`).",
             ["outcome"],
             registry=self.registry,
         )
@@ -31,7 +37,7 @@ class WorkerMetrics:
             buckets=_BUCKETS,
             registry=self.registry,
         )
-        for outcome in ("ok", "failed", "requeued", "expired"):
+        for outcome in OUTCOMES:
             self.requests.labels(outcome)
         self._server: Any = None
         #: The port the metrics are served on, once `serve` ran (useful with port 0).

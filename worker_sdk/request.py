@@ -10,7 +10,7 @@ from typing import Any
 
 import aio_pika.abc
 
-from osrdyne.protocol import Header
+from osrdyne.wire import Header, text
 
 #: Publishes an interim (non-terminating) message for a request.
 ProgressSender = Callable[[bytes, str | None], Awaitable[None]]
@@ -55,8 +55,7 @@ class Request:
     @property
     def path(self) -> str | None:
         """The endpoint named by `x-rpc-path`, if any."""
-        value = self.headers.get(Header.RPC_PATH)
-        return value.decode() if isinstance(value, bytes) else value
+        return text(self.headers.get(Header.RPC_PATH))
 
     @property
     def correlation_id(self) -> str | None:
@@ -89,7 +88,8 @@ class Request:
         return json.loads(self.body)
 
     async def progress(self, value: Any) -> None:
-        """Send an interim message (`x-non-terminating-response: true`) to the caller."""
+        """Send an interim message to the caller (`x-status: progress`,
+        `x-non-terminating-response: true`): never taken for the answer."""
         body, content_type = encode_body(value)
         await self._send_progress(body, content_type)
 

@@ -33,6 +33,20 @@ class WorkerSettings(BaseSettings):
         description="At most one `request-received` report per this many seconds; a busy "
         "worker also reports once per interval while requests are in flight.",
     )
+    handler_timeout: float = Field(
+        default=600.0,
+        gt=0,
+        description="Seconds a handler may run when the caller's deadline (plus "
+        "`stall_grace`) does not come first; past it the request is answered `worker_error` "
+        "(reason `timeout`) and its slot freed.",
+    )
+    stall_grace: float = Field(
+        default=30.0,
+        ge=0,
+        description="Seconds past the caller's deadline a handler may still answer; and "
+        "seconds a handler thread may outlive its limit before the worker ends itself (exit "
+        "code 70) so its driver restarts it.",
+    )
     drain_timeout: float = Field(
         default=30.0, ge=0, description="Seconds in-flight requests get to finish on SIGTERM."
     )
@@ -46,6 +60,15 @@ class WorkerSettings(BaseSettings):
         le=65535,
         description="Serve this worker's Prometheus metrics on 127.0.0.1 at this port "
         "(WORKER_METRICS_PORT); unset: not served.",
+    )
+    log_level: str = Field(
+        default="INFO", description="Log level of `Worker.run` (WORKER_LOG_LEVEL)."
+    )
+    log_json: bool = Field(
+        default=False,
+        description="Log one JSON object a line, as the controller does with `log.json` "
+        "(WORKER_LOG_JSON). `osrdyne run` with `log.json = true` sets it for the workers it "
+        "starts on its machine (subprocess driver) unless it is set already.",
     )
     queue_wait_timeout: float = Field(
         default=120.0,

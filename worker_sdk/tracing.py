@@ -12,7 +12,7 @@ import contextlib
 from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Any
 
-from osrdyne import protocol
+from osrdyne import wire
 
 try:
     from opentelemetry import propagate, trace
@@ -29,7 +29,7 @@ def handling(
     if trace is None:
         yield None
         return
-    parent = propagate.extract(protocol.trace_headers(headers))
+    parent = propagate.extract(wire.trace_headers(headers))
     with trace.get_tracer("osrdyne.worker").start_as_current_span(
         "osrdyne.handle",
         context=parent,

@@ -1,9 +1,12 @@
 """The worker: consume a group's queue, run handlers, reply, ack, report activity.
 
 Life of a worker: publish `started`, run the startup hooks (load what the key names), wait for
-the request queue, consume it, publish `ready`. Each request is replied to and only then acked.
-On SIGTERM it stops consuming, gives in-flight requests `drain_timeout` to finish, and closes;
-whatever was abandoned is requeued by the broker and said in the log.
+the request queue, consume it, publish `ready`. Each request is checked (its protocol headers
+must be what the protocol allows, else it is answered `invalid_request`), handled under a time
+limit (`watchdog`), replied to and only then acked. On SIGTERM it stops consuming, gives
+in-flight requests `drain_timeout` to finish, and closes; whatever was abandoned is requeued
+by the broker and said in the log. A worker whose handler thread wedges ends itself
+(`Worker.abort`), so its driver restarts it.
 """
 
 from __future__ import annotations
@@ -12,8 +15,8 @@ import asyncio
 import concurrent.futures
 import contextlib
 import inspect
-import json
 import logging
+import os
 import signal
 import time
 import traceback
@@ -26,15 +29,33 @@ import aio_pika.exceptions
 import aiormq
 import tenacity
 
-from osrdyne.protocol import DIRECT_REPLY_TO, Event, Header, Status, reply_delivery_mode
-from worker_sdk import activity, errors, request, tracing
-from worker_sdk.metrics import WorkerMetrics
+from osrdyne import wire
+from osrdyne.ops import logs
+from osrdyne.wire import (
+    DIRECT_REPLY_TO,
+    Event,
+    Header,
+    Status,
+    reply_delivery_mode,
+    request_problem,
+    text,
+)
+from worker_sdk import activity, errors, request, tracing, watchdog
+from worker_sdk.metrics import OUTCOMES, WorkerMetrics
 from worker_sdk.settings import WorkerSettings
 
 logger = logging.getLogger(__name__)
 
 #: Longest wait for one broker call while shutting down.
 _BROKER_STEP_TIMEOUT = 5.0
+#: Failures of the broker or the connection: what is unacked then is redelivered.
+_BROKER_ERRORS = (aio_pika.exceptions.AMQPError, ConnectionError, TimeoutError)
+
+#: What a broker call raises when the connection or channel under it is gone: AMQP errors,
+#: socket errors, and `RuntimeError` from aio-pika/aiormq when a robust connection has no
+#: open transport yet ("Connection was not opened", "<Connection ...> closed") or a channel
+#: is closed (`ChannelInvalidStateError`). All are worth another attempt.
+_BROKER_GONE = (aio_pika.exceptions.AMQPError, ConnectionError, RuntimeError)
 
 Handler = Callable[[request.Request], Any]
 Hook = Callable[["Worker"], Any]
@@ -59,9 +80,13 @@ class Worker:
         self._channel: aio_pika.abc.AbstractChannel | None = None
         self._fast_channel: aio_pika.abc.AbstractChannel | None = None
         #: Counters of what this worker did (handled ok, failed, requeued, expired).
-        self.stats: dict[str, int] = {"ok": 0, "failed": 0, "requeued": 0, "expired": 0}
+        self.stats: dict[str, int] = dict.fromkeys(OUTCOMES, 0)
         #: The same counts and handler latency, for Prometheus (`WORKER_METRICS_PORT`).
         self.metrics = WorkerMetrics()
+        #: Why this worker ended itself (`abort`), None while it serves.
+        self.aborted: str | None = None
+        self._abort = asyncio.Event()
+        self._watchdog = watchdog.Watchdog(grace=self.settings.stall_grace, on_wedged=self.abort)
 
     # -- registration ---------------------------------------------------------------------
 
@@ -89,10 +114,11 @@ class Worker:
     # -- running --------------------------------------------------------------------------
 
     def run(self) -> None:
-        """Serve until SIGTERM or SIGINT, then drain. The entry point of a worker process."""
-        logging.basicConfig(
-            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-        )
+        """Serve until SIGTERM or SIGINT, then drain. The entry point of a worker process.
+
+        Logs go through the controller's own set-up (`osrdyne.ops.logs`: plain lines, or JSON
+        with `WORKER_LOG_JSON`), so a worker's lines and its controller's read alike."""
+        logs.configure(level=self.settings.log_level, json_format=self.settings.log_json)
 
         async def main() -> None:
             stop = asyncio.Event()
@@ -102,6 +128,21 @@ class Worker:
             await self.serve(stop)
 
         asyncio.run(main())
+        if self.aborted is not None:
+            # A wedged handler thread would keep the interpreter from exiting: leave now.
+            logging.shutdown()
+            os._exit(watchdog.EXIT_WEDGED)
+
+    def abort(self, reason: str) -> None:
+        """End this worker now, without draining: it cannot serve any more (a wedged handler,
+        a lost engine it depends on). `run()` then exits with `watchdog.EXIT_WEDGED`, and the
+        driver restarts the process; unacked requests go back to the queue."""
+        if self.aborted is None:
+            logger.critical(
+                "worker %s of key %r ends itself: %s", self.settings.id, self.settings.key, reason
+            )
+            self.aborted = reason
+        self._abort.set()
 
     async def serve(self, stop: asyncio.Event) -> None:
         """Serve requests until `stop` is set, then drain in-flight work and close."""
@@ -111,10 +152,8 @@ class Worker:
                 self.metrics.serve(s.metrics_port)
             except OSError as exc:  # e.g. the port is taken by a sibling worker: serve anyway
                 logger.warning("cannot serve metrics on port %d: %s", s.metrics_port, exc)
-        connection = await aio_pika.connect_robust(
-            s.amqp_uri,
-            client_properties={"connection_name": f"worker {s.id} ({s.pool})"},
-            reconnect_interval=1,
+        connection = await wire.connect_robust(
+            s.amqp_uri, name=f"worker {s.id} ({s.pool})", reconnect_interval=1
         )
         try:
             channel = await connection.channel(publisher_confirms=True)
@@ -129,14 +168,19 @@ class Worker:
                 interval=s.activity_interval,
             )
             self._reporter = reporter
-            await reporter.emit(Event.STARTED)
+            await self._announce(Event.STARTED)
             logger.info("worker %s started for key %r of pool %r", s.id, s.key, s.pool)
             for hook in self._startup:
                 await self._call(hook, self)
             queue, tag = await self._consume(connection, channel)
-            await reporter.emit(Event.READY)
+            await self._announce(Event.READY)
             heartbeat = asyncio.create_task(reporter.run(), name="activity-heartbeat")
-            await stop.wait()
+            guard = asyncio.create_task(self._watchdog.run(), name="watchdog")
+            await _first_of(stop, self._abort)
+            guard.cancel()
+            if self.aborted is not None:
+                heartbeat.cancel()
+                return  # no drain: the connection closes, unacked requests are redelivered
             logger.info("stopping: no new requests, draining %d in flight", len(self._in_flight))
             # Bounded: with the broker gone, a robust channel would wait for a reconnection
             # that may never come, and the worker would ignore SIGTERM.
@@ -172,14 +216,13 @@ class Worker:
         the whole connection (541 INTERNAL_ERROR, `{badmatch,{error,noproc}}`,
         rabbitmq-server#13625) when a consumer attaches to a quorum queue whose Raft member is
         not running yet, e.g. right after the queue was declared; the robust connection comes
-        back and the next attempt succeeds.
+        back and the next attempt succeeds. Until it is back, an attempt meets a connection
+        without transport (`RuntimeError`): retried as well (`_BROKER_GONE`).
         """
         name = self.settings.requests_queue
 
         @tenacity.retry(
-            retry=tenacity.retry_if_exception_type(
-                (aio_pika.exceptions.AMQPError, ConnectionError)
-            ),
+            retry=tenacity.retry_if_exception_type(_BROKER_GONE),
             wait=tenacity.wait_exponential(multiplier=0.05, max=2),
             stop=tenacity.stop_after_delay(self.settings.queue_wait_timeout),
             before_sleep=tenacity.before_sleep_log(logger, logging.INFO),
@@ -194,6 +237,23 @@ class Worker:
             return queue, await queue.consume(self._on_message)
 
         return await attempt()
+
+    async def _announce(self, event: Event) -> None:
+        """Publish `started` or `ready`, retried a few seconds while the connection comes
+        back; a report that cannot be sent is logged, never fatal (the controller learns the
+        group is alive from its next report)."""
+        assert self._reporter is not None
+        try:
+            async for attempt in tenacity.AsyncRetrying(
+                retry=tenacity.retry_if_exception_type(_BROKER_GONE),
+                wait=tenacity.wait_exponential(multiplier=0.05, max=1),
+                stop=tenacity.stop_after_delay(_BROKER_STEP_TIMEOUT),
+                reraise=True,
+            ):
+                with attempt:
+                    await self._reporter.emit(event)
+        except _BROKER_GONE as exc:
+            logger.warning("could not report %r to the controller: %s", event.value, exc)
 
     async def _drain(self) -> None:
         if not self._in_flight:
@@ -226,44 +286,72 @@ class Worker:
         assert self._reporter is not None
         self._reporter.request_started()
         try:
-            path = (message.headers or {}).get(Header.RPC_PATH)
-            if isinstance(path, bytes):
-                path = path.decode(errors="replace")
+            problem = request_problem(message.headers)
+            if problem is not None:
+                await self._refuse(message, problem)
+                return
             with tracing.handling(
                 message.headers,
                 key=self.settings.key,
                 pool=self.settings.pool,
-                path=path if isinstance(path, str) else None,
+                path=text(message.headers.get(Header.RPC_PATH)) if message.headers else None,
             ):
                 await self._handle_one(message)
-        except Exception:
+        except _BROKER_ERRORS:
             # Replying failed (connection lost...): leave it unacked, the broker redelivers.
             logger.exception(
                 "could not complete request %s",
                 message.correlation_id,
                 extra=self._fields(message.correlation_id),
             )
+        except Exception:
+            # A failure of ours outside the handler: never hold the request (and a slot)
+            # forever. Rejected without requeue, it is dead-lettered and answered `rejected`.
+            logger.exception(
+                "request %s failed outside its handler: rejected",
+                message.correlation_id,
+                extra=self._fields(message.correlation_id),
+            )
+            if not message.processed:
+                with contextlib.suppress(*_BROKER_ERRORS):
+                    await message.reject(requeue=False)
         finally:
             self._reporter.request_finished()
+
+    async def _refuse(self, message: aio_pika.abc.AbstractIncomingMessage, problem: str) -> None:
+        """Answer a request whose protocol headers are not what the protocol allows."""
+        self._count("invalid")
+        logger.warning(
+            "refusing request %s: %s", message.correlation_id, problem,
+            extra=self._fields(message.correlation_id),
+        )  # fmt: skip
+        s = self.settings
+        body = wire.error_body(
+            status=Status.INVALID_REQUEST, error=problem, pool=s.pool, key=s.key, worker_id=s.id
+        )
+        await self._reply(message, body, status=Status.INVALID_REQUEST)
+        await message.ack()
 
     async def _handle_one(self, message: aio_pika.abc.AbstractIncomingMessage) -> None:
         req = request.Request(
             message,
             key=self.settings.key,
             progress_sender=lambda body, ctype: self._reply(
-                message, body, content_type=ctype, status=Status.OK, interim=True
+                message, body, content_type=ctype, status=Status.PROGRESS, interim=True
             ),
             loop=asyncio.get_running_loop(),
         )
         left = req.time_left()
         if left is not None and left <= 0:
             self._count("expired")
-            body = self._error_body(req, "the caller's deadline passed before the work started")
+            body = self._error_body(
+                req, Status.EXPIRED, "the caller's deadline passed before the work started"
+            )
             await self._reply(message, body, status=Status.EXPIRED)
             await message.ack()
             return
         try:
-            result = await self._dispatch(req)
+            result = await self._within_limit(req)
         except errors.Requeue as exc:
             self._count("requeued")
             if exc.delay:
@@ -271,9 +359,10 @@ class Worker:
             await message.reject(requeue=True)
             return
         except errors.HandlerError as exc:
-            self._count("failed")
-            body = self._error_body(req, exc.message, details=exc.details)
-            await self._reply(message, body, status=exc.status or self.settings.error_status)
+            self._count("stalled" if isinstance(exc, _Stalled) else "failed")
+            status = exc.status or self.settings.error_status
+            body = self._error_body(req, status, exc.message, details=exc.details)
+            await self._reply(message, body, status=status)
         except Exception as exc:
             self._count("failed")
             logger.exception(
@@ -282,7 +371,10 @@ class Worker:
                 extra=self._fields(req.correlation_id),
             )
             body = self._error_body(
-                req, f"{type(exc).__name__}: {exc}", details={"traceback": _short_tb(exc)}
+                req,
+                self.settings.error_status,
+                f"{type(exc).__name__}: {exc}",
+                details={"traceback": _short_tb(exc)},
             )
             await self._reply(message, body, status=self.settings.error_status)
         else:
@@ -290,6 +382,29 @@ class Worker:
             data, content_type = request.encode_body(result)
             await self._reply(message, data, content_type=content_type, status=Status.OK)
         await message.ack()
+
+    async def _within_limit(self, req: request.Request) -> Any:
+        """The handler's result, or `_Stalled` once it runs past its time limit: the
+        worker's `handler_timeout`, or the caller's deadline plus `stall_grace` if sooner."""
+        s = self.settings
+        limit = s.handler_timeout
+        left = req.time_left()
+        if left is not None:
+            limit = min(limit, left + s.stall_grace)
+        scope = asyncio.timeout(limit)
+        try:
+            async with scope:
+                return await self._dispatch(req)
+        except TimeoutError:
+            if not scope.expired():
+                raise  # the handler's own
+            logger.error(
+                "handler of request %s ran past its %.3g s limit: answered, slot freed",
+                req.correlation_id,
+                limit,
+                extra=self._fields(req.correlation_id),
+            )
+            raise _Stalled(limit) from None
 
     async def _dispatch(self, req: request.Request) -> Any:
         handler = self._handlers.get(req.path)
@@ -300,17 +415,22 @@ class Worker:
             )
         began = time.monotonic()
         try:
-            return await self._call(handler, req)
+            return await self._call(handler, req, what=f"{req.path!r} ({req.correlation_id})")
         finally:
             elapsed = time.monotonic() - began
             self.metrics.handler_seconds.labels(req.path or "").observe(elapsed)
 
-    async def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Await async callables; run sync ones in the handler thread pool."""
+    async def _call(self, fn: Callable[..., Any], *args: Any, what: str = "") -> Any:
+        """Await async callables; run sync ones in the handler thread pool. A thread whose
+        await is cancelled (its time limit) goes on running: the watchdog keeps an eye on it."""
         if inspect.iscoroutinefunction(fn):
             return await fn(*args)
-        loop = asyncio.get_running_loop()
-        result = await loop.run_in_executor(self._threads, fn, *args)
+        future = self._threads.submit(fn, *args)
+        try:
+            result = await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            self._watchdog.abandon(future, what or getattr(fn, "__name__", "handler"))
+            raise
         if isinstance(result, Awaitable):
             return await result
         return result
@@ -320,17 +440,20 @@ class Worker:
         s = self.settings
         return {"pool": s.pool, "key": s.key, "worker_id": s.id, "correlation_id": correlation_id}
 
-    def _error_body(self, req: request.Request, message: str, *, details: Any = None) -> bytes:
-        doc = {
-            "error": message,
-            "key": self.settings.key,
-            "path": req.path,
-            "worker_id": self.settings.id,
-            "time": time.time(),
-        }
-        if details is not None:
-            doc["details"] = details
-        return json.dumps(doc, default=str).encode()
+    def _error_body(
+        self, req: request.Request, status: str, message: str, *, details: Any = None
+    ) -> bytes:
+        """The error body every sender uses (`wire.error_document`)."""
+        s = self.settings
+        return wire.error_body(
+            status=status,
+            error=message,
+            pool=s.pool,
+            key=s.key,
+            path=req.path,
+            worker_id=s.id,
+            details=details,
+        )
 
     async def _reply(
         self,
@@ -364,6 +487,26 @@ class Worker:
         await channel.basic_publish(
             body, routing_key=message.reply_to, properties=properties, mandatory=False
         )
+
+
+class _Stalled(errors.HandlerError):
+    """The handler ran past its time limit (answered for it; see `watchdog`)."""
+
+    def __init__(self, limit: float) -> None:
+        super().__init__(
+            f"the handler ran past its time limit ({limit:.3g} s)",
+            details={"reason": "timeout", "limit_s": round(limit, 3)},
+        )
+
+
+async def _first_of(*events: asyncio.Event) -> None:
+    """Wait until one of `events` is set."""
+    waits = [asyncio.create_task(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
 
 
 def _short_tb(exc: BaseException) -> list[str]:

@@ -16,7 +16,7 @@ import aio_pika
 import aio_pika.exceptions
 import pytest
 
-from osrdyne import connections
+from osrdyne import wire
 
 UNREACHABLE = "amqp://guest:guest@127.0.0.1:1/%2F"
 
@@ -35,8 +35,8 @@ async def _fail_and_keep_the_error(connect: Callable[[], Awaitable[object]]) -> 
 async def test_a_connection_that_fails_to_connect_is_closed(robust: bool) -> None:
     def connect() -> Awaitable[object]:
         if robust:
-            return connections.connect_robust(UNREACHABLE, name="test", timeout=5)
-        return connections.connect(UNREACHABLE, name="test", timeout=5)
+            return wire.connect_robust(UNREACHABLE, name="test", timeout=5)
+        return wire.connect(UNREACHABLE, name="test", timeout=5)
 
     gc.collect()
     gc.disable()

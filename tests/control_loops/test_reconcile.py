@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from osrdyne.reconcile import QueueAction, QueueOp, plan_groups, plan_queues
-from osrdyne.state import GroupStatus
+from osrdyne.controller._reconcile import QueueAction, QueueOp, plan_groups, plan_queues
+from osrdyne.controller._tracker import GroupStatus
 
 A, U = GroupStatus.ACTIVE, GroupStatus.UNBOUND
 
@@ -37,3 +37,10 @@ def test_groups_stop_surplus_and_start_missing() -> None:
     plan = plan_groups(expected={"a", "b"}, running={"b", "c"})
     assert plan.stop == ["c"]
     assert plan.start == ["a"]
+
+
+def test_outdated_groups_are_upgraded_only_when_running_and_expected() -> None:
+    plan = plan_groups({"a", "b", "c"}, {"a", "b", "gone"}, outdated={"b", "c", "gone"})
+    assert plan.stop == ["gone"]
+    assert plan.start == ["c"]
+    assert plan.upgrade == ["b"]

@@ -12,7 +12,8 @@ from typing import Any
 
 import aio_pika
 
-from osrdyne import Client, PoolNames, Status, poison
+from osrdyne import Client, PoolNames, Status
+from osrdyne.controller import poison
 from tests import broker
 from tests.conftest import Running, raw_connection
 from tests.waiting import eventually
@@ -58,8 +59,8 @@ async def test_a_request_nobody_takes_in_time_is_answered_expired(
     response = await client.call(pool, "sleepy", b"x", timeout=60)
     assert response.status == Status.EXPIRED
     doc = response.json()
-    assert doc["reason"] == "expired" and doc["key"] == "sleepy"
-    assert doc["queue"] == PoolNames(pool).request_queue("sleepy")
+    assert doc["status"] == "expired" and doc["key"] == "sleepy" and doc["pool"] == pool
+    assert doc["details"]["queue"] == PoolNames(pool).request_queue("sleepy")
     assert counter(running, "dead_letters", "expired") == 1
 
 
@@ -135,7 +136,7 @@ async def test_poison_is_kept_listed_replayed_and_dropped(
         pool, "crashy", b"kill", path="crash", timeout=90, headers={"case": correlation}
     )
     assert response.status == Status.DELIVERY_LIMIT
-    assert response.json()["deaths"] == 1
+    assert response.json()["details"]["deaths"] == 1
     assert (await client.call(pool, "crashy", b"others still served", timeout=60)).ok
     assert counter(running, "poison") == 1
 

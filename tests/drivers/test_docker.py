@@ -15,7 +15,7 @@ import pytest
 
 from drivers import base, names
 from drivers import docker as docker_driver
-from osrdyne import protocol
+from osrdyne import wire
 
 DriverFactory = Any
 
@@ -153,13 +153,17 @@ async def test_new_version_replaces_containers_on_start(
     assert all("RELEASE=2" in c.attrs["Config"]["Env"] for c in containers)
 
 
-async def test_list_upgrades_stale_groups_and_scales_down(
+async def test_list_reports_outdated_groups_and_start_upgrades_them(
     docker_driver: DriverFactory, docker_client: Any, pool_name: str
 ) -> None:
     await docker_driver(workers=3, command=["sleep", "3000"]).start("a")
     await docker_driver(workers=3, command=["sleep", "3000"]).start("b")
     new = docker_driver(workers=1)
     assert await new.list() == {"a", "b"}
+    assert new.outdated() == {"a", "b"}
+    assert len(pool_containers(docker_client, pool_name)) == 6  # listing changes nothing
+    for key in sorted(new.outdated()):  # as the worker-group loop applies its upgrade plan
+        await new.start(key)
     containers = pool_containers(docker_client, pool_name)
     assert len(containers) == 2
     assert {c.labels["osrdyne.version"] for c in containers} == {new.version}
@@ -214,7 +218,7 @@ async def test_echo_worker_in_a_container_answers_through_the_broker(
         environment={"PYTHONPATH": str(repo), "PYTHONDONTWRITEBYTECODE": "1"},
         volumes=mounts,
     )
-    pool = protocol.PoolNames(pool_name)
+    pool = wire.PoolNames(pool_name)
     connection = await aio_pika.connect(amqp_uri, client_properties={"connection_name": pool_name})
     async with connection:
         channel = await connection.channel()

@@ -18,7 +18,7 @@ import yaml
 
 from drivers import base, names
 from drivers import kubernetes as kubernetes_driver
-from osrdyne import protocol
+from osrdyne import wire
 from tests.drivers import k8s_double
 
 pytestmark = pytest.mark.timeout(60)
@@ -56,7 +56,7 @@ async def test_start_creates_a_valid_labelled_deployment(
     env = env_of(deployment)
     assert env["WORKER_ID"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     expected = base.PoolContext(pool_name, amqp_uri).environment(KEY, "")
-    del expected[protocol.WorkerEnv.ID]
+    del expected[wire.WorkerEnv.ID]
     assert {k: env[k] for k in expected} == expected
     assert env["EXTRA"] == "1"
 
@@ -116,8 +116,13 @@ async def test_new_version_replaces_the_deployment(k8s_driver: DriverFactory, k8
     assert replaced[KEY]["metadata"]["generation"] == 2
     assert replaced[KEY]["metadata"]["labels"]["osrdyne.io/version"] == new.version
     assert replaced[KEY]["spec"]["template"]["spec"]["containers"][0]["image"] == "worker:2"
-    # The stale group is upgraded when list() sees it.
+    # list() only lists: it reports the stale group, and start() upgrades it.
     assert await new.list() == {KEY, "other"}
+    assert new.outdated() == {"other"}
+    assert old.version in {
+        d["metadata"]["labels"]["osrdyne.io/version"] for d in k8s_api.of_kind("deployments")
+    }
+    await new.start("other")
     assert {
         d["metadata"]["labels"]["osrdyne.io/version"] for d in k8s_api.of_kind("deployments")
     } == {new.version}
@@ -141,7 +146,7 @@ async def test_keda_mode_creates_and_deletes_a_scaled_object(
     assert scaled["spec"]["maxReplicaCount"] == 5
     (trigger,) = scaled["spec"]["triggers"]
     assert trigger["type"] == "rabbitmq"
-    assert trigger["metadata"]["queueName"] == protocol.PoolNames(pool_name).request_queue(KEY)
+    assert trigger["metadata"]["queueName"] == wire.PoolNames(pool_name).request_queue(KEY)
     assert trigger["metadata"]["mode"] == "QueueLength"
     assert trigger["metadata"]["value"] == "20"
     assert trigger["metadata"]["hostFromEnv"] == "WORKER_AMQP_URI"
@@ -170,7 +175,7 @@ async def test_keda_trigger_authentication_and_replicas_left_to_keda(
     assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == "worker:2"
 
 
-async def test_list_repairs_keda_objects(k8s_driver: DriverFactory, k8s_api: Any) -> None:
+async def test_list_reports_half_done_keda_groups(k8s_driver: DriverFactory, k8s_api: Any) -> None:
     driver = k8s_driver(keda={"enabled": True})
     await driver.start("a")
     await driver.start("b")
@@ -179,8 +184,14 @@ async def test_list_repairs_keda_objects(k8s_driver: DriverFactory, k8s_api: Any
     name_a, name_b = driver.name("a"), driver.name("b")
     del k8s_api.objects[("deployments", "default", name_a)]
     del k8s_api.objects[("scaledobjects", "default", name_b)]
-    assert await driver.list() == {"b"}
+    assert await driver.list() == {"a", "b"}
+    assert driver.outdated() == {"a", "b"}
+    # The worker-group loop stops what is not expected and upgrades the rest.
+    await driver.stop("a")
+    await driver.start("b")
     assert [s["metadata"]["name"] for s in k8s_api.of_kind("scaledobjects")] == [name_b]
+    assert [d["metadata"]["name"] for d in k8s_api.of_kind("deployments")] == [name_b]
+    assert await driver.list() == {"b"} and driver.outdated() == set()
 
 
 async def test_create_race_is_fine(k8s_driver: DriverFactory, k8s_api: Any) -> None:

@@ -21,8 +21,10 @@ from tests.waiting import eventually
 SCRIPT = """
 import json, os, sys, time
 out = sys.argv[1]
-with open(os.path.join(out, os.environ["WORKER_ID"] + f"-{os.getpid()}.json"), "w") as f:
+path = os.path.join(out, os.environ["WORKER_ID"] + f"-{os.getpid()}.json")
+with open(path + ".tmp", "w") as f:
     json.dump({k: v for k, v in os.environ.items() if k.startswith("WORKER_")}, f)
+os.rename(path + ".tmp", path)  # the test lists finished files only
 time.sleep(3600)
 """
 
@@ -74,10 +76,10 @@ async def test_start_runs_n_workers_with_the_protocol_environment(make_driver) -
     await driver.start("infra/42 ü")
     await driver.start("infra/42 ü")  # idempotent
     assert await driver.list() == {"infra/42 ü"}
-    await eventually(lambda: len(list(make_driver.out.iterdir())) == 3, what="3 workers")
-    envs = [json.loads(p.read_text()) for p in make_driver.out.iterdir()]
+    await eventually(lambda: len(list(make_driver.out.glob("*.json"))) == 3, what="3 workers")
+    envs = [json.loads(p.read_text()) for p in make_driver.out.glob("*.json")]
     assert {e["WORKER_KEY"] for e in envs} == {"infra/42 ü"}
-    assert {e["WORKER_REQUESTS_QUEUE"] for e in envs} == {"p-req-infra/42 ü"}
+    assert {e["WORKER_REQUESTS_QUEUE"] for e in envs} == {"p-req-infra/42+20+C3+BC"}
     assert {e["WORKER_ACTIVITY_EXCHANGE"] for e in envs} == {"p-activity-xchg"}
     assert len({e["WORKER_ID"] for e in envs}) == 3
     await driver.close()

@@ -26,8 +26,9 @@ import aio_pika.abc
 import aio_pika.exceptions
 import pytest
 
-from osrdyne.protocol import DIRECT_REPLY_TO, Header, PoolNames
+from osrdyne.wire import DIRECT_REPLY_TO, Header, PoolNames
 from tests import broker
+from tests.conftest import settings_dict
 from tests.faults import report
 from tests.faults.rabbit_node import rabbit_node  # noqa: F401  (a fixture)
 
@@ -258,43 +259,10 @@ def to_toml(doc: dict[str, Any], prefix: str = "") -> str:
     return text
 
 
-def _merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for k, v in overrides.items():
-        out[k] = _merge(out.get(k, {}), v) if isinstance(v, dict) else v
-    return out
-
-
-def process_settings(
-    pool: str,
-    state_dir: Path,
-    *,
-    amqp_url: str = broker.AMQP_URL,
-    management_url: str = broker.MANAGEMENT_URL,
-    **overrides: Any,
-) -> dict[str, Any]:
-    base = {
-        "pool": pool,
-        "amqp": {"url": amqp_url, "management_url": management_url},
-        "groups": {
-            "unbind_delay": 120,
-            "stop_delay": 120,
-            "loop_interval": 1,
-            "activity_fold": 0.2,
-        },
-        "api": {"enabled": False},
-        "driver": {
-            "kind": "subprocess",
-            "subprocess": {
-                "command": [sys.executable, "-m", "worker_sdk.examples.echo"],
-                "env": {"WORKER_ACTIVITY_INTERVAL": "0.5", "WORKER_DRAIN_TIMEOUT": "5"},
-                "owner": str(state_dir),
-                "stop_timeout": 5,
-                "restart_backoff": 0.2,
-            },
-        },
-    }
-    return _merge(base, overrides)
+def process_settings(pool: str, state_dir: Path, **overrides: Any) -> dict[str, Any]:
+    """Settings of a controller process: the base ones, with groups that outlive a test."""
+    groups = {"unbind_delay": 120, "stop_delay": 120, **overrides.pop("groups", {})}
+    return settings_dict(pool, state_dir, groups=groups, **overrides)
 
 
 class ControllerProcess:
@@ -347,7 +315,20 @@ def start_controller_process(tmp_path: Path) -> Iterator[Callable[..., Controlle
 
 
 def workers_of(pool: str) -> dict[int, str]:
-    """pid -> key of every live worker process of `pool` (read from /proc)."""
-    from tests.faults.test_controller_restart import workers_of as find
-
-    return find(pool)
+    """pid -> key of every live process whose environment says it is a worker of `pool`."""
+    found: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            env = dict(
+                item.split(b"=", 1)
+                for item in (entry / "environ").read_bytes().split(b"\0")
+                if b"=" in item
+            )
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if env.get(b"WORKER_POOL") == pool.encode() and state != "Z":
+            found[int(entry.name)] = env[b"WORKER_KEY"].decode()
+    return found

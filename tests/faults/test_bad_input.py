@@ -12,6 +12,7 @@ import pytest
 
 from osrdyne import Client, PoolNames, Status
 from osrdyne.exceptions import ClientError, RequestTooLarge
+from tests.broker import RawText
 from tests.conftest import Running, raw_connection
 from tests.faults.conftest import Caller
 from tests.faults.rabbit_node import RabbitNode
@@ -19,24 +20,6 @@ from tests.faults.report import Tally
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.timeout(120)
-
-
-class RawKey(str):
-    """A routing key of raw bytes, as a client in another language may send one.
-
-    pamqp (under aio-pika) only sends `str` routing keys, encoded as UTF-8: a Python client
-    cannot send a non-UTF-8 key at all. This `str` encodes to the bytes it was made from, so
-    the test can put on the wire what any other AMQP client could."""
-
-    raw: bytes
-
-    def __new__(cls, raw: bytes) -> RawKey:
-        key = super().__new__(cls, raw.decode("utf-8", errors="replace"))
-        key.raw = raw
-        return key
-
-    def encode(self, *_: object, **__: object) -> bytes:  # type: ignore[override]
-        return self.raw
 
 
 def test_pamqp_refuses_to_send_a_non_utf8_routing_key() -> None:
@@ -58,7 +41,7 @@ async def test_non_utf8_routing_key_is_answered_invalid_key(
     )
     running = await make_controller(pool)
     caller = await make_caller(tally)
-    bad = [await caller.send(pool, RawKey(b"bad-\xff\xfe-key")) for _ in range(2)]
+    bad = [await caller.send(pool, RawText(b"bad-\xff\xfe-key")) for _ in range(2)]
     assert not await caller.settle(30, grace=0)
     good = await caller.send(pool, "fine", b"still here")
     assert not await caller.settle(60)
@@ -82,7 +65,7 @@ async def test_malformed_activity_reports_are_skipped(
     reports = [
         ("k1", None, b"\x00\xffgarbage"),  # no x-event header at all
         ("k2", {"x-event": 42}, b""),  # not a string
-        ("k3", {"x-event": RawKey(b"\xff\xfe")}, b""),  # not UTF-8
+        ("k3", {"x-event": RawText(b"\xff\xfe")}, b""),  # not UTF-8
         ("k4", {"x-event": "exploded"}, b""),  # unknown event
         ("", {"x-event": "started"}, b""),  # empty key
     ]
@@ -103,7 +86,7 @@ async def test_malformed_activity_reports_are_skipped(
     assert not await caller.settle(60)
     assert tally.status_of(sent) == Status.OK
     assert running.controller.sessions == 1
-    tracker = running.controller.tracker
+    tracker = running.controller.session.tracker
     assert tracker is not None
     assert not {"k1", "k2", "k3", "k4", ""} & set(tracker.state.value.groups)
 

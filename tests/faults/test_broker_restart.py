@@ -21,7 +21,7 @@ import pytest
 
 from osrdyne import Client, PoolNames, Status
 from osrdyne.exceptions import ClientError
-from osrdyne.protocol import Header
+from osrdyne.wire import Header
 from tests.conftest import Running
 from tests.faults.conftest import Caller
 from tests.faults.rabbit_node import RabbitNode

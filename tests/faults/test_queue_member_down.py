@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from osrdyne import Status
-from osrdyne.protocol import PoolNames
+from osrdyne.wire import PoolNames
 from tests.conftest import Running
 from tests.faults.conftest import Caller
 from tests.faults.rabbit_node import NodeError, RabbitNode
@@ -88,7 +88,7 @@ async def test_a_queue_whose_raft_member_is_down_is_kept_and_served_later(
     _member(node, queue, "stop_server")
     member_stopped = True
     try:
-        with caplog.at_level(logging.INFO, logger="osrdyne.state"):
+        with caplog.at_level(logging.INFO, logger="osrdyne.controller._tracker"):
 
             def stops() -> int:
                 return sum("unbound for" in r.getMessage() for r in caplog.records)

@@ -22,7 +22,6 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from osrdyne.protocol import PoolNames
 from tests import broker
 from tests.conftest import Running
 from tests.faults.conftest import Caller, workers_of
@@ -39,13 +38,6 @@ def _rss_mib() -> float:
     with open("/proc/self/statm") as statm:
         pages = int(statm.read().split()[1])
     return pages * resource.getpagesize() / 2**20
-
-
-async def _request_queues(pool: str) -> list[str]:
-    prefix = PoolNames(pool).request_queue_prefix
-    async with broker.management() as http:
-        queues = (await http.get("/queues", params={"columns": "name"})).json()
-    return [q["name"] for q in queues if q["name"].startswith(prefix)]
 
 
 async def test_soak_churn_with_worker_kills(
@@ -102,13 +94,13 @@ async def test_soak_churn_with_worker_kills(
     groups_started = int(running.controller.metrics.driver_calls.labels("start", "ok")._value.get())
 
     # Idle now: every group must stop and every request queue go.
-    tracker = running.controller.tracker
+    tracker = running.controller.session.tracker
     assert tracker is not None
     await eventually(lambda: not tracker.state.value.groups, what="no group expected", timeout=60)
     await eventually(lambda: not workers_of(pool), what="no worker left", timeout=60)
 
     async def no_queue_left() -> bool:
-        return not await _request_queues(pool)
+        return not await broker.request_queues(pool)
 
     await eventually(no_queue_left, what="no request queue left", timeout=60)
 

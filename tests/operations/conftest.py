@@ -9,7 +9,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from osrdyne.api import ApiServer, make_app
+from osrdyne.ops._api import ApiServer, make_app
 from tests.conftest import Running
 
 ServeApi = Callable[..., Awaitable[httpx.AsyncClient]]

@@ -6,7 +6,7 @@ import json
 import re
 from pathlib import Path
 
-from osrdyne.metrics import ControllerMetrics
+from osrdyne.ops.metrics import ControllerMetrics
 from worker_sdk.metrics import WorkerMetrics
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "osrdyne-dashboard.json"

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from osrdyne import Client, logs
+from osrdyne import Client
+from osrdyne.ops import logs
 from tests.operations.conftest import ServeApi
 from tests.waiting import eventually
 
@@ -91,7 +92,7 @@ async def test_the_amqp_password_is_never_printed(
 async def test_the_cli_does_not_print_the_password_of_an_unreachable_broker() -> None:
     from typer.testing import CliRunner
 
-    from osrdyne.cli import app
+    from osrdyne.ops.cli import app
 
     url = f"amqp://guest:{SECRET}@127.0.0.1:1/%2F"
     result = await asyncio.to_thread(

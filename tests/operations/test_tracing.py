@@ -6,7 +6,6 @@ fast path; a dead-letter answer from the controller carries the request's contex
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -16,9 +15,9 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from osrdyne import Client, PoolNames, Status
+from osrdyne import Client, Status
 from tests import broker
-from worker_sdk import Request, Worker, WorkerSettings
+from worker_sdk import Request, Worker
 
 _EXPORTER = InMemorySpanExporter()
 
@@ -48,17 +47,7 @@ async def echo_worker(make_controller: Any, pool: str) -> AsyncIterator[str]:
     """A controller whose driver is noop and an echo worker for one key, in this process."""
     await make_controller(pool, driver={"kind": "noop"})
     key = "traced"
-    names = PoolNames(pool)
-    worker = Worker(
-        WorkerSettings(
-            id=f"w-{uuid.uuid4().hex[:6]}",
-            key=key,
-            pool=pool,
-            requests_queue=names.request_queue(key),
-            activity_exchange=names.activity_exchange,
-            amqp_uri=broker.AMQP_URL,
-        )
-    )
+    worker = Worker(broker.worker_settings(pool, key))
 
     @worker.handler()
     async def echo(request: Request) -> bytes:

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from osrdyne import protocol, tracing
+from osrdyne import wire
+from osrdyne.ops import tracing
 from worker_sdk import tracing as worker_tracing
 
 
@@ -29,8 +30,6 @@ def test_without_opentelemetry_nothing_is_injected(monkeypatch: pytest.MonkeyPat
 
 def test_trace_headers_are_copied_as_text() -> None:
     parent = "00-" + "a" * 32 + "-" + "b" * 16 + "-01"
-    found = protocol.trace_headers(
-        {"traceparent": parent.encode(), "x-status": "ok", "tracestate": 1}
-    )
+    found = wire.trace_headers({"traceparent": parent.encode(), "x-status": "ok", "tracestate": 1})
     assert found == {"traceparent": parent}
-    assert protocol.trace_headers(None) == {}
+    assert wire.trace_headers(None) == {}

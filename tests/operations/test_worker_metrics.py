@@ -4,34 +4,23 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
 from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from osrdyne import Client, PoolNames, Status
+from osrdyne import Client, Status
 from tests import broker
 from tests.waiting import eventually
-from worker_sdk import HandlerError, Request, Worker, WorkerSettings
+from worker_sdk import HandlerError, Request, Worker
 
 
 async def test_worker_metrics_count_outcomes_and_time_handlers(
     make_controller: Any, client: Client, pool: str
 ) -> None:
     await make_controller(pool, driver={"kind": "noop"})
-    key, names = "measured", PoolNames(pool)
-    worker = Worker(
-        WorkerSettings(
-            id=f"w-{uuid.uuid4().hex[:6]}",
-            key=key,
-            pool=pool,
-            requests_queue=names.request_queue(key),
-            activity_exchange=names.activity_exchange,
-            amqp_uri=broker.AMQP_URL,
-            metrics_port=0,
-        )
-    )
+    key = "measured"
+    worker = Worker(broker.worker_settings(pool, key, metrics_port=0))
 
     @worker.handler()
     async def echo(request: Request) -> bytes:

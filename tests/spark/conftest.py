@@ -2,12 +2,17 @@
 datasets written once, and requests built without a broker.
 
 The session is configured exactly as a worker's (`spark_workers.session`), on `local[2]`
-with a small heap: this machine has two cores and the whole folder must stay quick.
+with a small heap: this machine has two cores and the whole folder must stay quick. It is
+built with a worker's credentials in the environment (`CANARIES`, fake): the security tests
+look for them in the JVM. `tests/security` imports these fixtures; the session and the
+datasets are made once whichever folder asks first.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,6 +31,16 @@ PYSPARK_WARNINGS = [
 
 TRIPS_ROWS = 2_000
 SPARK_DIR = Path(__file__).resolve().parent
+
+#: A secret that must never reach the JVM, and the variables that carry it at session start.
+CANARY = "canary-b2f7e1d0"
+CANARIES = {
+    "WORKER_AMQP_URI": f"amqp://osrdyne:{CANARY}@127.0.0.1:5672/%2F",
+    "OSRDYNE_API_TOKEN": CANARY,
+    "BILLING_DB_URL": f"postgresql://billing:{CANARY}@db.invalid:5432/billing",
+}
+
+_shared: dict[str, Any] = {}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -46,26 +61,48 @@ def settings_for(root: Path, **overrides: Any) -> SparkWorkerSettings:
     return SparkWorkerSettings(**values)
 
 
+@contextlib.contextmanager
+def environment(values: dict[str, str]) -> Iterator[None]:
+    """`os.environ` with `values` set, restored after."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 @pytest.fixture(scope="session")
 def dataset_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("datasets")
+    if "root" not in _shared:
+        _shared["root"] = tmp_path_factory.mktemp("datasets")
+    return _shared["root"]  # type: ignore[no-any-return]
 
 
 @pytest.fixture(scope="session")
 def spark(dataset_root: Path) -> Iterator[Any]:
-    session = build_session(settings_for(dataset_root))
-    yield session
-    session.stop()
+    """The session, started as a worker starts it: its credentials in the environment."""
+    if "spark" not in _shared:
+        with environment(CANARIES):
+            _shared["spark"] = build_session(settings_for(dataset_root))
+    yield _shared["spark"]
+    _shared["spark"].stop()
 
 
 @pytest.fixture(scope="session")
 def datasets(spark: Any, dataset_root: Path) -> Path:
     """`trips` (Parquet, partitioned by city), `sales.csv` and `sales_json` under the root."""
-    df = pipeline.trips(spark, TRIPS_ROWS, 42)
-    df.repartition(2).write.partitionBy("city").parquet(str(dataset_root / "trips"))
-    sales = pipeline.sales(spark, 200, 7).coalesce(1)
-    sales.write.option("header", "true").csv(str(dataset_root / "sales.csv"))
-    sales.write.json(str(dataset_root / "sales_json"))
+    if "datasets" not in _shared:
+        df = pipeline.trips(spark, TRIPS_ROWS, 42)
+        df.repartition(2).write.partitionBy("city").parquet(str(dataset_root / "trips"))
+        sales = pipeline.sales(spark, 200, 7).coalesce(1)
+        sales.write.option("header", "true").csv(str(dataset_root / "sales.csv"))
+        sales.write.json(str(dataset_root / "sales_json"))
+        _shared["datasets"] = dataset_root
     return dataset_root
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import urllib.parse
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -14,8 +15,10 @@ import aio_pika
 import pytest
 
 from osrdyne import Client, Response
-from osrdyne.protocol import PoolNames
+from osrdyne.wire import ERROR_FIELDS, PoolNames
 from tests import broker
+from tests.conftest import raw_connection
+from tests.tcp_proxy import TcpProxy
 from tests.waiting import eventually
 from worker_sdk import HandlerError, Request, Requeue, Worker, WorkerSettings
 
@@ -86,15 +89,7 @@ async def harness(pool: str, amqp_url: str) -> AsyncIterator[Callable[..., Any]]
 
         await activity_q.consume(on_activity, no_ack=True)
         worker = worker_factory(
-            WorkerSettings(
-                id="w1",
-                key=key,
-                pool=pool,
-                requests_queue=names.request_queue(key),
-                activity_exchange=names.activity_exchange,
-                amqp_uri=amqp_url,
-                **settings,
-            )
+            broker.worker_settings(pool, key, id="w1", amqp_uri=amqp_url, **settings)
         )
         stop = asyncio.Event()
         task = asyncio.create_task(worker.serve(stop), name="worker under test")
@@ -145,8 +140,16 @@ async def test_failures_are_error_responses_with_details(harness: Any) -> None:
     h = await harness(echo_worker, error_status="core_error")
     refused = await h.call(path="refuse")
     assert refused.status == "core_error"
-    assert refused.json()["error"] == "not today"
-    assert refused.json()["details"] == {"why": "testing"}
+    doc = refused.json()
+    assert list(doc) == list(ERROR_FIELDS)  # the one shape of every error body
+    assert doc["status"] == "core_error" and doc["error"] == "not today"
+    assert (doc["pool"], doc["key"], doc["path"], doc["worker_id"]) == (
+        h.names.pool,
+        "k",
+        "refuse",
+        "w1",
+    )
+    assert doc["details"] == {"why": "testing"}
     unknown = await h.call(path="nope")
     assert unknown.status == "core_error"
     assert unknown.json()["details"]["known_paths"] == ["json", "refuse", "thread"]
@@ -207,6 +210,7 @@ async def test_a_request_past_its_deadline_is_skipped_as_expired(harness: Any) -
     h = await harness(echo_worker)
     response = await h.call(b"late", headers={"x-deadline": 1000})
     assert response.status == "expired"
+    assert list(response.json()) == list(ERROR_FIELDS) and response.json()["status"] == "expired"
     assert h.worker.stats["expired"] == 1 and h.worker.stats["ok"] == 0
 
 
@@ -223,8 +227,12 @@ async def test_activity_reports_are_rate_limited(harness: Any) -> None:
 async def test_client_stream_yields_progress_then_the_answer(
     controller: Any, client: Client, pool: str
 ) -> None:
-    kinds = [r.interim async for r in client.stream(pool, "s", path="progress", timeout=60)]
-    assert kinds == [True, True, True, False]
+    kinds = [
+        (r.interim, r.status) async for r in client.stream(pool, "s", path="progress", timeout=60)
+    ]
+    # An interim message never says `ok`: a client reading only `x-status` cannot take it for
+    # the answer.
+    assert kinds == [(True, "progress")] * 3 + [(False, "ok")]
 
 
 async def test_worker_consumes_again_after_its_connection_is_dropped(harness: Any) -> None:
@@ -235,3 +243,52 @@ async def test_worker_consumes_again_after_its_connection_is_dropped(harness: An
     assert (await h.call(b"before")).ok
     await close_connection(await find_connection(f"worker w1 ({h.names.pool})"))
     assert (await h.call(b"after", timeout=60)).body == b"after"
+
+
+async def test_worker_survives_its_connection_cut_before_and_while_consuming(
+    pool: str, amqp_url: str
+) -> None:
+    """The fresh-machine failure: RabbitMQ 3.10 drops the connection when a consumer attaches
+    to a quorum queue whose member is not running yet, and the worker's next `channel()`
+    raised `RuntimeError` (the robust connection had no open transport yet), which ended it.
+    Here its connection is cut, and the broker unreachable for a while, as it waits for its
+    queue; then cut again as it consumes. It must serve in the end, and still be running."""
+    names, key = PoolNames(pool), "k"
+    url = urllib.parse.urlsplit(amqp_url)
+    proxy = await TcpProxy(url.hostname or "127.0.0.1", url.port or 5672).start()
+    through_proxy = url._replace(netloc=f"{url.netloc.rsplit('@', 1)[0]}@127.0.0.1:{proxy.port}")
+    settings = broker.worker_settings(pool, key, id="w-cut", amqp_uri=through_proxy.geturl())
+    worker = echo_worker(settings)
+    async with raw_connection(amqp_url) as connection:
+        channel = await connection.channel()
+        await channel.declare_exchange(
+            names.activity_exchange, aio_pika.ExchangeType.FANOUT, auto_delete=True
+        )
+        stop = asyncio.Event()
+        task = asyncio.create_task(worker.serve(stop), name="worker under test")
+        try:
+            await eventually(lambda: _started(worker), what="worker connected")
+            # Unreachable for longer than the longest back-off between two attempts: at least
+            # one attempt to find the queue meets a connection with no transport.
+            proxy.refusing = True
+            proxy.cut()
+            await asyncio.sleep(3)
+            assert not task.done(), task
+            proxy.refusing = False
+            await channel.declare_queue(
+                names.request_queue(key), durable=True, arguments={"x-queue-type": "quorum"}
+            )
+            h = Harness(worker, names, key, channel, [], stop, task)
+            assert (await h.call(b"first", timeout=60)).body == b"first"
+            proxy.cut()
+            assert (await h.call(b"again", timeout=60)).body == b"again"
+            assert not task.done()
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 30)
+            await proxy.close()
+
+
+def _started(worker: Worker) -> bool:
+    """It has connected and published `started`: now it waits for its queue."""
+    return worker._reporter is not None and worker._reporter.sent >= 1

@@ -1,0 +1,373 @@
+"""The client: call a keyed worker of a pool and wait for its answer.
+
+    async with Client("amqp://guest:guest@127.0.0.1/") as client:
+        response = await client.call("core", "infra=42", b"...", timeout=30)
+
+Many calls share one connection and one channel consuming RabbitMQ's direct reply-to: each
+call has a correlation id mapped to a future, removed when the call ends. Requests are
+published with `mandatory` and publisher confirms; each carries its deadline (`x-deadline`)
+and an `expiration`, so a request nobody picks up in time dies as `expired` and is answered,
+and a worker that picks up a request whose caller gave up skips it. A reply arriving after
+its call timed out is dropped and counted (`late_replies`). Direct reply-to is at most once:
+if the connection drops, every pending call fails with `ConnectionLost`. With `reply_queue`,
+answers go to a named durable queue instead: they wait there while the connection is down
+and reach their calls once it is back (docs/protocol.md says when to use which).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import datetime
+import json
+import time
+import uuid
+from collections.abc import AsyncGenerator, Callable
+from types import TracebackType
+from typing import Any
+
+import aio_pika
+import aio_pika.abc
+import aio_pika.exceptions
+import aiormq
+import aiormq.abc
+
+from osrdyne import exceptions, wire
+from osrdyne.client._response import Response
+from osrdyne.ops import tracing
+from osrdyne.wire import DIRECT_REPLY_TO, Header, PoolNames
+
+Body = bytes | str | dict[str, Any] | list[Any] | None
+
+
+def encode(body: Body) -> tuple[bytes, str | None]:
+    if body is None:
+        return b"", None
+    if isinstance(body, bytes):
+        return body, None
+    if isinstance(body, str):
+        return body.encode(), "text/plain; charset=utf-8"
+    return json.dumps(body).encode(), "application/json"
+
+
+class _Call:
+    """One call in flight: its responses as they arrive, woken waits, its deadline and span.
+
+    An async context manager: leaving it forgets the correlation id (a reply arriving later is
+    late) and ends the span. One future and one timer per wait, no task and no generator: this
+    is the client's hot path.
+    """
+
+    def __init__(
+        self, calls: dict[str, _Call], pool: str, key: str, timeout: float, path: str | None
+    ) -> None:
+        self.pool, self.key, self.path, self.timeout = pool, key, path, timeout
+        self.correlation_id = uuid.uuid4().hex
+        self.span = tracing.start_call_span(pool, key, path)
+        self.inbox: collections.deque[Response] = collections.deque()
+        self.error: BaseException | None = None
+        #: The final response has arrived (anything later is a late reply).
+        self.answered = False
+        self._calls = calls
+        self._deadline = time.monotonic() + timeout
+        self._waiter: asyncio.Future[None] | None = None
+        self._status: str | None = None
+
+    async def __aenter__(self) -> _Call:
+        self._calls[self.correlation_id] = self
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._calls.pop(self.correlation_id, None)
+        self.span.finish(self._status, exc if isinstance(exc, Exception) else None)
+
+    def deliver(self, response: Response) -> None:
+        self.inbox.append(response)
+        self.answered = self.answered or not response.interim
+        self._wake()
+
+    def fail(self, error: BaseException) -> None:
+        if not self.answered:
+            self.error = error
+            self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def next(self) -> Response:
+        """The next response (interim or final); `RequestTimeout` once the deadline passed."""
+        while not self.inbox and self.error is None:
+            left = self._deadline - time.monotonic()
+            if left <= 0:
+                raise exceptions.RequestTimeout(
+                    f"no answer from pool {self.pool!r} key {self.key!r} within {self.timeout}s"
+                )
+            loop = asyncio.get_running_loop()
+            self._waiter = loop.create_future()
+            timer = loop.call_later(left, self._wake)
+            try:
+                await self._waiter
+            finally:
+                timer.cancel()
+                self._waiter = None
+        if self.inbox:
+            response = self.inbox.popleft()
+            if not response.interim:
+                self._status = response.status
+            return response
+        assert self.error is not None
+        raise self.error
+
+
+class Client:
+    def __init__(
+        self,
+        url: str = "amqp://guest:guest@127.0.0.1:5672/%2F",
+        *,
+        confirm: bool = True,
+        expire: bool = True,
+        name: str | None = None,
+        reply_queue: str | None = None,
+        reply_queue_expires: float = 86400.0,
+        max_body: int = 128 * 1024 * 1024,
+    ) -> None:
+        self.url = url
+        #: Wait for the broker's confirm of each request (off: faster, may lose requests).
+        self.confirm = confirm
+        #: Give each request an `expiration` equal to its timeout (queued time bounded).
+        self.expire = expire
+        self.name = name or "osrdyne client"
+        #: A named durable queue for answers (survives reconnects); None: direct reply-to.
+        self.reply_queue = reply_queue
+        #: Seconds an unused reply queue lives on after its client is gone.
+        self.reply_queue_expires = reply_queue_expires
+        #: Largest request body accepted (RabbitMQ refuses messages over its max_message_size).
+        self.max_body = max_body
+        #: Replies that arrived after their call had ended (timed out or cancelled).
+        self.late_replies = 0
+        self._connection: aio_pika.abc.AbstractRobustConnection | None = None
+        self._channel: aio_pika.abc.AbstractChannel | None = None
+        self._calls: dict[str, _Call] = {}
+        #: Request exchanges known to exist.
+        self._exchanges: set[str] = set()
+
+    async def __aenter__(self) -> Client:
+        await self.connect()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def connect(self) -> None:
+        connection = await wire.connect_robust(self.url, name=self.name)
+        self._connection = connection
+        self._connection.close_callbacks.add(self._on_close)
+        self._connection.reconnect_callbacks.add(self._on_reconnect)
+        await self._open_channel()
+
+    async def _open_channel(self) -> None:
+        assert self._connection is not None
+        self._channel = await self._connection.channel(publisher_confirms=self.confirm)
+        if self.reply_queue is None:
+            self._channel.close_callbacks.add(self._on_close)
+            # The robust channel does not know this consumer: consume again on every reopen
+            # (after a reconnect, or after the broker closed the channel).
+            self._channel.reopen_callbacks.add(self._consume_direct_replies)
+            await self._consume_direct_replies()
+        else:
+            durable = await self._channel.declare_queue(
+                self.reply_queue,
+                durable=True,
+                arguments={"x-expires": int(self.reply_queue_expires * 1000)},
+            )
+            await durable.consume(self._on_durable_reply)
+
+    async def close(self) -> None:
+        self._fail_all(exceptions.ConnectionLost("client closed"))
+        if self._connection is not None:
+            await self._connection.close()
+        self._connection = self._channel = None
+
+    # -- calls ----------------------------------------------------------------------------
+
+    async def call(
+        self,
+        pool: str,
+        key: str,
+        body: Body = None,
+        *,
+        timeout: float = 30.0,
+        path: str | None = None,
+        headers: dict[str, Any] | None = None,
+        on_progress: Callable[[Response], Any] | None = None,
+    ) -> Response:
+        """Send a request to the worker group of `key` in `pool`; return its final answer.
+
+        Interim messages (progress) go to `on_progress` when given. Raises `RequestTimeout`
+        when no final answer arrives within `timeout` seconds.
+        """
+        async with self._new_call(pool, key, timeout, path) as call:
+            await self._send(call, body, headers)
+            while True:
+                response = await call.next()
+                if not response.interim:
+                    return response
+                if on_progress is not None:
+                    on_progress(response)
+
+    async def stream(
+        self,
+        pool: str,
+        key: str,
+        body: Body = None,
+        *,
+        timeout: float = 30.0,
+        path: str | None = None,
+        headers: dict[str, Any] | None = None,
+    ) -> AsyncGenerator[Response, None]:
+        """Send a request; yield its interim messages, then its final response."""
+        async with self._new_call(pool, key, timeout, path) as call:
+            await self._send(call, body, headers)
+            while True:
+                response = await call.next()
+                yield response
+                if not response.interim:
+                    return
+
+    def _new_call(self, pool: str, key: str, timeout: float, path: str | None) -> _Call:
+        if self._channel is None:
+            raise exceptions.ClientError("client is not connected: use `async with Client()`")
+        return _Call(self._calls, pool, key, timeout, path)
+
+    async def _send(self, call: _Call, body: Body, headers: dict[str, Any] | None) -> None:
+        """Publish the request of `call` (confirmed when `confirm`)."""
+        data, content_type = encode(body)
+        if len(data) > self.max_body:
+            raise exceptions.RequestTooLarge(
+                f"request body of {len(data)} bytes exceeds max_body={self.max_body}"
+            )
+        all_headers: dict[str, Any] = dict(headers) if headers else {}
+        call.span.inject(all_headers)
+        all_headers[Header.DEADLINE] = int((time.time() + call.timeout) * 1000)
+        if call.path is not None:
+            all_headers[Header.RPC_PATH] = call.path
+        # Properties built here and published on the underlying aiormq channel: aio-pika's
+        # Message costs ~30 µs a request and adds nothing a client call needs.
+        properties = aiormq.spec.Basic.Properties(
+            content_type=content_type,
+            # Persistent: a classic queue (the orphan queue) keeps it across a broker restart.
+            delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+            headers=all_headers,
+            correlation_id=call.correlation_id,
+            reply_to=self.reply_queue or DIRECT_REPLY_TO,
+            expiration=str(max(0, int(call.timeout * 1000))) if self.expire else None,
+            timestamp=datetime.datetime.now(datetime.UTC),
+        )
+        await self._publish(call.pool, call.key, data, properties)
+
+    async def _publish(
+        self, pool: str, key: str, data: bytes, properties: aiormq.spec.Basic.Properties
+    ) -> None:
+        assert self._connection is not None and self._channel is not None
+        if not self._connection.connected.is_set():
+            # Fail now rather than wait, outside the call's timeout, for the reconnection.
+            raise exceptions.ConnectionLost(
+                f"cannot publish to pool {pool!r}: the connection to the broker is down "
+                "(reconnecting)"
+            )
+        try:
+            exchange = await self._exchange(pool)
+            channel = await self._channel.get_underlay_channel()
+            result = await channel.basic_publish(
+                data, exchange=exchange, routing_key=key, properties=properties, mandatory=True
+            )
+        except (
+            aio_pika.exceptions.ChannelInvalidStateError,
+            aio_pika.exceptions.AMQPConnectionError,
+            ConnectionError,
+        ) as exc:
+            raise exceptions.ConnectionLost(
+                f"cannot publish to pool {pool!r} while the connection is down: {exc}"
+            ) from exc
+        except aio_pika.exceptions.ChannelPreconditionFailed as exc:
+            # A broker whose max_message_size is below `max_body` refuses the message (and
+            # closes the channel): say so in our terms.
+            if "max size" not in str(exc):
+                raise
+            raise exceptions.RequestTooLarge(
+                f"the broker refused a body of {len(data)} bytes (set max_body to the "
+                f"broker's max_message_size): {exc}"
+            ) from exc
+        if isinstance(result, aiormq.abc.DeliveredMessage):
+            # Returned unroutable: the request exchange routes everything unbound to the
+            # orphan queue, so that queue is gone. Waiting would only end in a timeout.
+            raise exceptions.PoolNotFound(
+                f"pool {pool!r} could not route the request for key {key!r}: its orphan "
+                "queue is missing (is an osrdyne controller running for it?)"
+            )
+
+    async def _exchange(self, pool: str) -> str:
+        """The pool's request exchange, checked once on a spare channel: publishing to a
+        missing exchange would close the channel every pending call waits on."""
+        name = PoolNames(pool).request_exchange
+        if name not in self._exchanges:
+            assert self._connection is not None
+            try:
+                async with self._connection.channel() as spare:
+                    await spare.declare_exchange(name, passive=True)
+            except aio_pika.exceptions.ChannelNotFoundEntity as exc:
+                raise exceptions.PoolNotFound(
+                    f"pool {pool!r} has no exchange {name!r}: is an osrdyne controller "
+                    "running for it?"
+                ) from exc
+            self._exchanges.add(name)
+        return name
+
+    # -- replies --------------------------------------------------------------------------
+
+    async def _consume_direct_replies(self, *_: Any) -> None:
+        # On the underlying aiormq channel: one task per reply, where aio-pika's consumer adds
+        # a second task and an IncomingMessage (the client's hot path).
+        assert self._channel is not None
+        channel = await self._channel.get_underlay_channel()
+        await channel.basic_consume(DIRECT_REPLY_TO, self._on_direct_reply, no_ack=True)
+
+    async def _on_direct_reply(self, message: aiormq.abc.DeliveredMessage) -> None:
+        properties = message.header.properties
+        self._on_reply(message.body, properties.headers, properties.correlation_id)
+
+    async def _on_durable_reply(self, message: aio_pika.abc.AbstractIncomingMessage) -> None:
+        self._on_reply(message.body, message.headers, message.correlation_id)
+        await message.ack()
+
+    def _on_reply(
+        self, body: bytes, headers: dict[str, Any] | None, correlation_id: str | None
+    ) -> None:
+        call = self._calls.get(correlation_id or "")
+        if call is None or call.answered:
+            self.late_replies += 1
+            return
+        call.deliver(Response.from_message(body, headers, correlation_id))
+
+    def _on_close(self, *_: Any) -> None:
+        if self.reply_queue is not None:
+            return  # answers wait in the durable queue; calls go on waiting for them
+        self._fail_all(exceptions.ConnectionLost("connection to the broker lost"))
+
+    async def _on_reconnect(self, *_: Any) -> None:
+        self._exchanges.clear()
+
+    def _fail_all(self, error: Exception) -> None:
+        for call in self._calls.values():
+            call.fail(error)

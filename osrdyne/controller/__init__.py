@@ -1,0 +1,60 @@
+"""The controller of one pool: keeps a worker group running for every key in use.
+
+`Controller` runs sessions against the broker (`_controller`): as leader of its pool it runs
+the pool state tracker (`_tracker`), the request-queue and worker-group control loops
+(`_queue_loop`, `_group_loop`, with their pure plans in `_reconcile`), and the orphan,
+dead-letter and activity consumers (`_orphans`, `_dead_letters`, `_activity`), all built
+together as one `_session`. `Settings` is its configuration; `StatusDocument` is what it
+reports (`/status`); `poison` is the operators' view of the poison queue. An operator acts
+through `Controller.leading()` (warm, stop: `NotLeader` on a standby, `KeyRefused` for a key
+the gate refuses, `_gate`); `Controller.history` keeps each key's recent timeline and dead
+letters (`_history`). Every other module is internal.
+"""
+
+from osrdyne.controller import poison
+from osrdyne.controller._controller import Controller, NotLeader
+from osrdyne.controller._gate import KeyRefused, Refusal
+from osrdyne.controller._session import Session
+from osrdyne.controller._settings import (
+    AmqpSettings,
+    ApiSettings,
+    DriverSettings,
+    GroupSettings,
+    LogSettings,
+    QueueSettings,
+    Settings,
+)
+from osrdyne.controller._status import (
+    Generations,
+    GroupReport,
+    GroupState,
+    Health,
+    Leader,
+    Role,
+    StatusDocument,
+)
+from osrdyne.controller._tracker import GroupStatus
+
+__all__ = [
+    "AmqpSettings",
+    "ApiSettings",
+    "Controller",
+    "DriverSettings",
+    "Generations",
+    "GroupReport",
+    "GroupSettings",
+    "GroupState",
+    "GroupStatus",
+    "Health",
+    "KeyRefused",
+    "Leader",
+    "LogSettings",
+    "NotLeader",
+    "QueueSettings",
+    "Refusal",
+    "Role",
+    "Session",
+    "Settings",
+    "StatusDocument",
+    "poison",
+]

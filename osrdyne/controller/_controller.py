@@ -1,0 +1,413 @@
+"""The controller of one pool: wires the components and keeps them running.
+
+A controller lives through *sessions*. A session connects to the broker, declares the pool's
+topology, applies the request-queue policy, and waits for _leadership. As leader it rebuilds
+the expected state from the queues that exist (a restart adopts what it finds), then runs the
+tracker, both control loops and the three consumers until the connection is lost, a component
+dies, or the controller is asked to stop. A lost session is followed by a new one after a
+back-off; the driver (and the workers it runs) outlives sessions.
+
+Stopping is staged: stop taking orphans and dead letters, give in-flight ones a grace period,
+cancel the loops, close the connection, then close the driver (the subprocess driver stops
+its workers there).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import socket
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import aio_pika
+import aio_pika.abc
+import httpx
+
+from drivers import registry
+from drivers.base import Describes, Driver, PoolContext, WorkerInfo
+from osrdyne import wire
+from osrdyne.controller import _aiotasks, _leadership, _session, _topology
+from osrdyne.controller._history import KeyHistory
+from osrdyne.controller._management import ManagementApi
+from osrdyne.controller._settings import Settings
+from osrdyne.controller._status import (
+    Generations,
+    GroupReport,
+    GroupState,
+    Health,
+    Leader,
+    Role,
+    StatusDocument,
+)
+from osrdyne.controller._tracker import GroupStatus
+from osrdyne.ops import logs
+from osrdyne.ops.metrics import ControllerMetrics, FastPathEstimate
+from osrdyne.wire import PoolNames
+
+logger = logging.getLogger(__name__)
+
+
+class NotLeader(RuntimeError):
+    """An operator's action reached a controller that does not lead its pool."""
+
+    def __init__(self, role: Role) -> None:
+        super().__init__(f"this controller does not lead its pool (it is {role.value})")
+        self.role = role
+
+
+class ComponentDied(RuntimeError):
+    """A background component of the session ended: the session restarts from scratch."""
+
+
+#: Connection failures that end a session and are followed by a new one.
+SESSION_ERRORS = (
+    aio_pika.exceptions.AMQPError,
+    ConnectionError,
+    OSError,
+    httpx.TransportError,
+    httpx.HTTPStatusError,
+    asyncio.TimeoutError,
+    ComponentDied,
+)
+
+
+class Controller:
+    def __init__(self, settings: Settings, *, driver: Driver | None = None) -> None:
+        self.settings = settings
+        self.names = PoolNames(settings.pool)
+        self.driver = driver if driver is not None else _make_driver(settings)
+        self.instance = f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
+        self.metrics = ControllerMetrics()
+        self.role = Role.CONNECTING
+        #: The components of the session this controller leads, None when it does not lead.
+        self.session: _session.Session | None = None
+        self.api = ManagementApi(
+            settings.amqp.management_url,
+            vhost=settings.amqp.vhost,
+            credentials=settings.amqp.credentials,
+            retry_for=settings.amqp.management_retry,
+        )
+        self.sessions = 0
+        self.last_error: str | None = None
+        #: What happened to each key lately (the console's timelines); outlives sessions.
+        self.history = KeyHistory()
+        #: Base URL of this controller's HTTP API, shown to other controllers of the pool.
+        self.api_url: str | None = None
+        self._stopping = asyncio.Event()
+        self._became_leader = asyncio.Event()
+
+    # -- public ---------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Ask the controller to stop (safe from a signal handler)."""
+        self._stopping.set()
+
+    async def wait_leader(self) -> None:
+        """Wait until this controller leads its pool (tests, health checks)."""
+        await self._became_leader.wait()
+
+    def leading(self) -> _session.Session:
+        """The session through which an operator acts; `NotLeader` when it does not lead."""
+        session = self.session
+        if session is None:
+            raise NotLeader(self.role)
+        return session
+
+    async def find_leader(self) -> Leader | None:
+        """Who leads the pool, as the broker says (None: unknown yet, or nobody)."""
+        async with asyncio.timeout(_FIGURES_TIMEOUT):
+            return await _leadership.find_leader(self.api, self.names)
+
+    async def run(self) -> None:
+        """Run sessions until `stop()`; then close the driver."""
+        failures = 0
+        try:
+            while not self._stopping.is_set():
+                self.sessions += 1
+                try:
+                    await self._session()
+                    failures = 0
+                except SESSION_ERRORS as exc:
+                    failures += 1
+                    self.last_error = logs.redact(f"{type(exc).__name__}: {exc}")
+                    logger.warning(
+                        "session %d of pool %r ended: %s",
+                        self.sessions,
+                        self.settings.pool,
+                        self.last_error,
+                    )
+                self._set_role(Role.CONNECTING)
+                if not self._stopping.is_set():
+                    # Back off between failed sessions; a good session resets the delay.
+                    delay = min(10.0, 0.5 * 2 ** min(failures, 5)) if failures else 0.5
+                    await _sleep_unless(self._stopping, delay)
+        finally:
+            await self.driver.close()
+            await self.api.close()
+
+    # -- one session ----------------------------------------------------------------------
+
+    async def _session(self) -> None:
+        s = self.settings
+        connection = await wire.connect(
+            s.amqp.url,
+            name=_leadership.connection_name(s.pool, self.instance, self.api_url),
+            timeout=s.amqp.connect_timeout,
+        )
+        lost = asyncio.Event()
+        connection.close_callbacks.add(lambda *_: lost.set())
+        try:
+            channel = await connection.channel()
+            await _topology.declare_pool(channel, self.names)
+            await _topology.apply_policy(self.api, self.names, s.queues)
+            self._set_role(Role.STANDBY)
+            acquiring = asyncio.create_task(_leadership.acquire(connection, self.names))
+            if not await _first(acquiring, self._stopping, lost):
+                return
+            self._set_role(Role.LEADER)
+            await self._lead(connection, lost)
+        finally:
+            # The broker dropped us if the connection closed before we closed it; said only
+            # when nothing else ended the session (else that is the cause to report).
+            dropped = lost.is_set()
+            if not connection.is_closed:
+                await connection.close()
+        if dropped and not self._stopping.is_set():
+            raise ConnectionError("connection to the broker lost")
+
+    async def _lead(self, connection: aio_pika.abc.AbstractConnection, lost: asyncio.Event) -> None:
+        session = await _session.build(
+            connection,
+            settings=self.settings,
+            names=self.names,
+            api=self.api,
+            driver=self.driver,
+            metrics=self.metrics,
+            history=self.history,
+        )
+        # The fast-path estimate counts from here: read the exchange before taking work.
+        fast_path = FastPathEstimate(self.metrics)
+        await self._read_exchange_stats(fast_path)
+        died = asyncio.Event()
+        tasks = [
+            _aiotasks.guarded(session.tracker.run(), name="pool state tracker", on_death=died),
+            _aiotasks.guarded(
+                session.queue_loop.run(session.adopted), name="request-queue loop", on_death=died
+            ),
+            _aiotasks.guarded(session.group_loop.run(), name="worker-group loop", on_death=died),
+            _aiotasks.guarded(self._watch_gauges(fast_path), name="gauges", on_death=died),
+        ]
+        self.session = session
+        try:
+            for consumer in session.consumers:
+                await consumer.start()
+            self._became_leader.set()
+            await _first(self._stopping, lost, died)
+            if died.is_set() and not self._stopping.is_set():
+                raise ComponentDied("a controller component died; starting a new session")
+        finally:
+            grace = 5.0 if self._stopping.is_set() else 0.5
+            await asyncio.gather(*(c.stop(grace) for c in session.consumers))
+            await _aiotasks.stop_all(tasks)
+            self._became_leader.clear()
+            self.session = None
+
+    async def _watch_gauges(self, fast_path: FastPathEstimate) -> None:
+        ticks = 0
+        while True:
+            await asyncio.sleep(1.0)
+            ticks += 1
+            if ticks % 5 == 0:  # the broker refreshes its statistics every 5 s by default
+                await self._read_exchange_stats(fast_path)
+            session = self.session
+            if session is None:
+                continue
+            tracker = session.tracker
+            groups = tracker.state.value.groups
+            for state in GroupStatus:
+                self.metrics.groups.labels(state.value).set(
+                    sum(1 for v in groups.values() if v is state)
+                )
+            generation = tracker.generation
+            self.metrics.generation_lag.labels("queues").set(
+                generation - session.queue_loop.reached.value.generation
+            )
+            self.metrics.generation_lag.labels("groups").set(
+                generation - session.group_loop.reached.value
+            )
+
+    async def _read_exchange_stats(self, fast_path: FastPathEstimate) -> None:
+        try:
+            # Bounded: the management API retries for longer, and leading must not wait on it.
+            async with asyncio.timeout(10):
+                exchange = await self.api.exchange(self.names.request_exchange)
+        except (httpx.HTTPError, OSError, TimeoutError) as exc:
+            logger.debug("cannot read the request exchange's statistics: %s", exc)
+            return
+        if exchange is None:
+            return
+        # No `message_stats` yet: nothing was ever published to the exchange.
+        published = (exchange.get("message_stats") or {}).get("publish_in", 0)
+        if isinstance(published, int | float):
+            fast_path.observe(float(published))
+
+    def _set_role(self, role: Role) -> None:
+        if role != self.role:
+            logger.info("controller of pool %r: %s", self.settings.pool, role.value)
+        self.role = role
+        self.metrics.leader.set(1 if role is Role.LEADER else 0)
+
+    # -- status ---------------------------------------------------------------------------
+
+    async def report(self) -> StatusDocument:
+        """The status document: this controller's view, with the management API's figures
+        for each request queue (or `queues_error` when it cannot be asked)."""
+        doc = self.status()
+        if doc.role is Role.STANDBY:
+            try:
+                doc.leader = await self.find_leader()
+            except Exception as exc:  # status must answer even when the broker does not
+                logger.debug("cannot tell who leads: %s", logs.redact(str(exc)))
+        try:
+            # Bounded: the management API retries for longer, and status must answer.
+            async with asyncio.timeout(_FIGURES_TIMEOUT):
+                queues = await self._request_queue_figures()
+        except Exception as exc:  # status must answer even when the management API does not
+            doc.queues_error = logs.redact(f"{type(exc).__name__}: {exc}")
+            return doc
+        now = time.time()
+        for key, queue in queues.items():
+            group = doc.groups.setdefault(key, GroupReport(state=GroupState.UNKNOWN))
+            group.messages = int(queue.get("messages") or 0)
+            group.messages_ready = int(queue.get("messages_ready") or 0)
+            group.messages_unacknowledged = int(queue.get("messages_unacknowledged") or 0)
+            group.consumers = int(queue.get("consumers") or 0)
+            # Only classic queues report their head message's timestamp (seconds); quorum
+            # queues (RabbitMQ 3.10) do not, so the age is unknown: None.
+            head = queue.get("head_message_timestamp")
+            if isinstance(head, int | float):
+                group.oldest_message_age = max(0.0, now - head)
+            group.health = self._health(group, now)
+        return doc
+
+    def _health(self, group: GroupReport, now: float) -> Health:
+        """Stalled: work delivered and unanswered, and no worker report for `stall_after`
+        (workers report while they work; a wedged one stops, and its own activity never
+        keeps it looking alive)."""
+        quiet = now - group.last_activity if group.last_activity is not None else float("inf")
+        if group.messages_unacknowledged and quiet > self.settings.groups.stall_after:
+            return Health.STALLED
+        return Health.OK
+
+    async def request_queues(self, *, columns: str) -> dict[str, dict[str, Any]]:
+        """The pool's request queues as the management API reports them, by key."""
+        queues = await self.api.queues(
+            name_regex="^" + re.escape(self.names.request_queue_prefix),
+            columns=f"{columns},arguments",  # hashed names are read back from their argument
+        )
+        by_key: dict[str, dict[str, Any]] = {}
+        for queue in queues:
+            key = self.names.key_of_queue(queue["name"], queue.get("arguments"))
+            if key is not None:
+                by_key[key] = queue
+        return by_key
+
+    async def _request_queue_figures(self) -> dict[str, dict[str, Any]]:
+        return await self.request_queues(columns=_QUEUE_COLUMNS)
+
+    def status(self) -> StatusDocument:
+        """What this controller knows, without asking the broker (no I/O)."""
+        doc = StatusDocument(
+            pool=self.settings.pool,
+            instance=self.instance,
+            role=self.role,
+            sessions=self.sessions,
+            last_error=self.last_error,
+            driver=self.settings.driver.kind,
+            time=time.time(),
+        )
+        session = self.session
+        if session is None:
+            return doc
+        tracker, group_loop = session.tracker, session.group_loop
+        reached = session.queue_loop.reached.value
+        doc.generations = Generations(
+            tracker=tracker.generation,
+            queues=reached.generation,
+            groups=group_loop.reached.value,
+        )
+        expected = tracker.state.value.groups
+        workers = self._describe_workers()
+        last_seen = session.activity.last_seen
+        for key in sorted(set(expected) | set(reached.actual) | group_loop.running):
+            state = expected.get(key)
+            group = GroupReport(
+                state=GroupState(state.value) if state else GroupState.STOPPING,
+                queue=reached.actual.get(key),
+                running=key in group_loop.running,
+                error=reached.errors.get(key) or group_loop.errors.get(key),
+                last_activity=last_seen.get(key),
+                since=self.history.since(key),
+                cold_start=self.history.cold_start(key),
+            )
+            if workers is not None:
+                group.workers = list(workers.get(key, ()))
+                group.restarts = sum(w.restarts for w in group.workers)
+            doc.groups[key] = group
+        return doc
+
+    def _describe_workers(self) -> Mapping[str, Any] | None:
+        """Per-worker details from drivers that can give them (`Describes`), else None."""
+        if not isinstance(self.driver, Describes):
+            return None
+        try:
+            described: Mapping[str, Any] = self.driver.describe()
+        except Exception:  # status must answer even when a driver cannot describe itself
+            logger.exception("driver describe() failed")
+            return None
+        return {key: [_worker(w) for w in infos] for key, infos in described.items()}
+
+
+#: Longest wait for the management API's queue figures when answering a status request.
+_FIGURES_TIMEOUT = 5.0
+
+_QUEUE_COLUMNS = (
+    "name,messages,messages_ready,messages_unacknowledged,consumers,head_message_timestamp"
+)
+
+
+def _worker(info: Any) -> WorkerInfo:
+    return info if isinstance(info, WorkerInfo) else WorkerInfo(**info)
+
+
+def _make_driver(settings: Settings) -> Driver:
+    context = PoolContext(
+        pool=settings.pool, amqp_uri=settings.amqp.worker_url or settings.amqp.url
+    )
+    return registry.make_driver(settings.driver.kind, settings.driver.sections, context)
+
+
+async def _sleep_unless(event: asyncio.Event, delay: float) -> None:
+    try:
+        async with asyncio.timeout(delay):
+            await event.wait()
+    except TimeoutError:
+        pass
+
+
+async def _first(*waitables: asyncio.Task[Any] | asyncio.Event) -> bool:
+    """Wait for the first of tasks/events; True when the first awaitable finished first."""
+    tasks = [w if isinstance(w, asyncio.Task) else asyncio.create_task(w.wait()) for w in waitables]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+    first = tasks[0]
+    if first in done and not first.cancelled() and first.exception() is not None:
+        raise first.exception()  # type: ignore[misc]
+    return first in done

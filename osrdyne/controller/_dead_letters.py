@@ -1,0 +1,100 @@
+"""The dead-letter responder: every request that died gets an answer saying why.
+
+Request queues dead-letter to the pool's dead-letter exchange when a request expires, is
+rejected, overflows the queue or reaches the delivery limit. The responder answers each one
+that has a `reply_to` with `x-status` = the death reason and a small JSON document; a request
+that reached the delivery limit (it kept crashing or stalling workers) is also kept in the
+poison queue with its properties and death history. It acks only once its publications are
+confirmed; one without `reply_to` is logged, counted and acked, never left unacked. Each is
+noted in its key's history (the console's page of the key shows the last few).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import aio_pika.abc
+
+from osrdyne import wire
+from osrdyne.controller import _replies, poison
+from osrdyne.controller._consumer import QueueConsumer
+from osrdyne.controller._history import DeadLetter, KeyHistory
+from osrdyne.ops import logs
+from osrdyne.ops.metrics import ControllerMetrics
+
+logger = logging.getLogger(__name__)
+
+_EXPLANATIONS: dict[str, str] = {
+    wire.Status.EXPIRED: "the request waited longer than its time to live",
+    wire.Status.REJECTED: "a worker rejected the request without requeueing it",
+    wire.Status.MAXLEN: "the request queue overflowed and dropped the request",
+    wire.Status.DELIVERY_LIMIT: "the request was delivered too many times without an "
+    "answer (it may crash or stall workers); kept in the poison queue",
+}
+
+
+class DeadLetterResponder(QueueConsumer):
+    def __init__(
+        self,
+        channel: aio_pika.abc.AbstractChannel,
+        *,
+        names: wire.PoolNames,
+        metrics: ControllerMetrics,
+        prefetch: int = 64,
+        history: KeyHistory | None = None,
+    ) -> None:
+        super().__init__(channel, prefetch=prefetch, names=names, metrics=metrics)
+        self.queue_name = names.dead_letter_queue
+        self._history = history
+
+    async def handle(self, message: aio_pika.abc.AbstractIncomingMessage) -> None:
+        death = wire.Death.of(message.headers, message.routing_key)
+        reason, key = death.reason, death.key
+        self._metrics.dead_letters.labels(reason).inc()
+        fields = logs.fields(
+            pool=self._names.pool, key=key, correlation_id=message.correlation_id, reason=reason
+        )
+        logger.info("request for key %r died: %s", key, reason, extra=fields)
+        if reason == wire.Status.DELIVERY_LIMIT:
+            await poison.park(
+                self.channel,
+                message,
+                names=self._names,
+                reason=wire.Status.DELIVERY_LIMIT.value,
+                taken_from=self.queue_name,
+            )
+            self._metrics.poison.inc()
+            logger.warning(
+                "request for key %r reached the delivery limit: kept as poison", key, extra=fields
+            )
+        document = {
+            "error": _EXPLANATIONS.get(reason, f"the request died ({reason})"),
+            "reason": reason,
+            "key": key,
+            "pool": self._names.pool,
+            "queue": death.queue,
+            "deaths": death.count,
+            "died_at": death.time,
+        }
+        answered = await _replies.answer_error(
+            self.channel, message, status=reason, document=document
+        )
+        if self._history is not None:
+            letter = DeadLetter(
+                time=time.time(),
+                reason=reason,
+                correlation_id=message.correlation_id,
+                deaths=death.count,
+                answered=answered,
+            )
+            self._history.dead_letter(key, letter)
+        if not answered:
+            self._metrics.dead_letters_unanswerable.inc()
+            logger.warning(
+                "dead-lettered request for key %r (%s) has no reply_to: nobody to answer",
+                key,
+                reason,
+                extra=fields,
+            )
+        await message.ack()

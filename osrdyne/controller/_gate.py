@@ -1,0 +1,64 @@
+"""The gate every group passes before the tracker requires it: one decision for every way in.
+
+A group is required for the first orphan of its key (`_orphans`) or for an operator's warm
+(`Session.warm`): both ask `Gate.admit(key)` first, so both refuse the same keys for the same
+reasons. A key that can never have a request queue (`wire.key_problem`) is refused
+`invalid_key`. A key that already has a group is always admitted; a new key then passes the
+`new_key` checks in order (the group cap and the broker's limits are such checks: each says
+why it refuses, or None), so a limit on new groups is one more check here, not a second copy
+in each caller.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+from osrdyne import wire
+from osrdyne.controller._tracker import PoolStateTracker
+
+
+@dataclasses.dataclass(frozen=True)
+class Refusal:
+    """Why a key is not admitted, and the status it is answered with."""
+
+    status: wire.Status
+    error: str
+
+
+class KeyRefused(Exception):
+    """An operator's action on a key the gate refuses."""
+
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(refusal.error)
+        self.refusal = refusal
+
+
+#: A check of a new key: why it cannot have a group now, or None.
+NewKeyCheck = Callable[[str], Refusal | None]
+
+
+class Gate:
+    def __init__(
+        self,
+        names: wire.PoolNames,
+        tracker: PoolStateTracker,
+        *,
+        new_key: Sequence[NewKeyCheck] = (),
+    ) -> None:
+        self._names = names
+        self._tracker = tracker
+        self._new_key = tuple(new_key)
+
+    def admit(self, key: str) -> Refusal | None:
+        """None when `key` may have a group now; else why not."""
+        problem = wire.key_problem(self._names, key)
+        if problem is not None:
+            return Refusal(wire.Status.INVALID_KEY, problem)
+        if key in self._tracker.state.value.groups:
+            return None
+        for check in self._new_key:
+            refusal = check(key)
+            if refusal is not None:
+                return refusal
+        return None

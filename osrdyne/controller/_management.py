@@ -1,0 +1,142 @@
+"""The RabbitMQ management HTTP API, as much of it as osrdyne needs.
+
+Listing queues and bindings (what exists, at start and for anti-entropy), queue details for
+status, and policies. Credentials come from the management URL when it has them (else from
+the AMQP URL), and are taken out of it, so no error message can quote them. Transient
+failures (connection refused, 5xx) are retried with tenacity; anything else is raised as
+`httpx.HTTPStatusError`.
+"""
+
+from __future__ import annotations
+
+import logging
+import urllib.parse
+from typing import Any
+
+import httpx
+import tenacity
+
+logger = logging.getLogger(__name__)
+
+
+def _transient(exc: BaseException) -> bool:
+    if isinstance(exc, httpx.TransportError):
+        return True
+    return isinstance(exc, httpx.HTTPStatusError) and exc.response.status_code >= 500
+
+
+def _q(segment: str) -> str:
+    return urllib.parse.quote(segment, safe="")
+
+
+class ManagementApi:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        vhost: str,
+        credentials: tuple[str, str],
+        timeout: float = 10.0,
+        retry_for: float = 30.0,
+    ) -> None:
+        self.vhost = vhost
+        url = httpx.URL(base_url)
+        if url.username:
+            # Credentials in the URL win, and leave it: errors quote URLs, never passwords.
+            credentials = (url.username, url.password or "")
+            url = url.copy_with(username=None, password=None)
+        self._http = httpx.AsyncClient(
+            base_url=str(url).rstrip("/") + "/api", auth=credentials, timeout=timeout
+        )
+        self._retry = tenacity.AsyncRetrying(
+            retry=tenacity.retry_if_exception(_transient),
+            wait=tenacity.wait_exponential(multiplier=0.1, max=5),
+            stop=tenacity.stop_after_delay(retry_for),
+            before_sleep=tenacity.before_sleep_log(logger, logging.WARNING),
+            reraise=True,
+        )
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def _request(
+        self, method: str, path: str, *, missing_ok: bool = False, **kwargs: Any
+    ) -> Any:
+        """The JSON answer; None for a 404 when `missing_ok` (the object does not exist)."""
+        # A fresh retry state per request: one shared by concurrent requests ends their tries.
+        async for attempt in self._retry.copy():
+            with attempt:
+                response = await self._http.request(method, path, **kwargs)
+                if missing_ok and response.status_code == 404:
+                    return None
+                response.raise_for_status()
+                return response.json() if response.content else None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def overview(self) -> dict[str, Any]:
+        result: dict[str, Any] = await self._request("GET", "/overview")
+        return result
+
+    async def queues(self, *, name_regex: str, columns: str | None = None) -> list[dict[str, Any]]:
+        """Every queue of the vhost whose name matches `name_regex`, page by page."""
+        items: list[dict[str, Any]] = []
+        page = 1
+        while True:
+            params: dict[str, Any] = {
+                "page": page,
+                "page_size": 500,
+                "name": name_regex,
+                "use_regex": "true",
+            }
+            if columns:
+                params["columns"] = columns
+            doc = await self._request("GET", f"/queues/{_q(self.vhost)}", params=params)
+            items.extend(doc["items"])
+            if page >= doc.get("page_count", 1):
+                return items
+            page += 1
+
+    async def queue(self, name: str) -> dict[str, Any] | None:
+        result: dict[str, Any] | None = await self._request(
+            "GET", f"/queues/{_q(self.vhost)}/{_q(name)}", missing_ok=True
+        )
+        return result
+
+    async def exchange(self, name: str) -> dict[str, Any] | None:
+        """The exchange's details (with `message_stats`), None when it does not exist."""
+        result: dict[str, Any] | None = await self._request(
+            "GET", f"/exchanges/{_q(self.vhost)}/{_q(name)}", missing_ok=True
+        )
+        return result
+
+    async def connection(self, name: str) -> dict[str, Any] | None:
+        """A client connection's details (with `client_properties`), None when it is gone."""
+        result: dict[str, Any] | None = await self._request(
+            "GET", f"/connections/{_q(name)}", missing_ok=True
+        )
+        return result
+
+    async def delete_queue(self, name: str) -> None:
+        """Delete a queue whatever it holds (operators' tools; the controller never does)."""
+        await self._request("DELETE", f"/queues/{_q(self.vhost)}/{_q(name)}", missing_ok=True)
+
+    async def bindings_from(self, exchange: str) -> list[dict[str, Any]]:
+        """The bindings whose source is `exchange`."""
+        result: list[dict[str, Any]] = await self._request(
+            "GET", f"/exchanges/{_q(self.vhost)}/{_q(exchange)}/bindings/source"
+        )
+        return result
+
+    async def put_policy(
+        self, name: str, *, pattern: str, definition: dict[str, Any], priority: int, apply_to: str
+    ) -> None:
+        body = {
+            "pattern": pattern,
+            "definition": definition,
+            "priority": priority,
+            "apply-to": apply_to,
+        }
+        await self._request("PUT", f"/policies/{_q(self.vhost)}/{_q(name)}", json=body)
+
+    async def delete_policy(self, name: str) -> None:
+        await self._request("DELETE", f"/policies/{_q(self.vhost)}/{_q(name)}", missing_ok=True)

@@ -1,0 +1,146 @@
+"""The orphan processor: requests nobody's queue took, turned into started worker groups.
+
+A request whose key has no bound queue is routed by the request exchange's alternate exchange
+to the orphan queue. For each, the processor requires the group (getting the tracker
+generation from which it is Active), waits until the request-queue loop has reached that
+generation with the key's queue bound, republishes the request unchanged to the request
+exchange with publisher confirms, and only then acks it: a crash anywhere leaves it unacked,
+so it is redelivered (at least once), never lost.
+
+What is checked comes first, before anything acts on the request: the key passes the gate
+that every new group passes (`_gate`: a key that can never have a queue is answered
+`invalid_key`), and protocol headers that are not what the protocol allows
+(`wire.request_problem`) are answered `invalid_request`; neither starts a group. Such a
+request without a `reply_to` is kept in the poison queue instead, so nothing vanishes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import aio_pika.abc
+
+from osrdyne import wire
+from osrdyne.controller import _replies, poison
+from osrdyne.controller._consumer import QueueConsumer
+from osrdyne.controller._gate import Gate
+from osrdyne.controller._queue_loop import QueuesReached, RequestQueueLoop
+from osrdyne.controller._tracker import GroupStatus, PoolStateTracker
+from osrdyne.ops import logs
+from osrdyne.ops.metrics import ColdStartClock, ControllerMetrics
+
+logger = logging.getLogger(__name__)
+
+
+class OrphanProcessor(QueueConsumer):
+    def __init__(
+        self,
+        channel: aio_pika.abc.AbstractChannel,
+        *,
+        names: wire.PoolNames,
+        tracker: PoolStateTracker,
+        queue_loop: RequestQueueLoop,
+        metrics: ControllerMetrics,
+        cold_starts: ColdStartClock,
+        wait_timeout: float,
+        prefetch: int,
+        gate: Gate,
+    ) -> None:
+        super().__init__(channel, prefetch=prefetch, names=names, metrics=metrics)
+        self.queue_name = names.orphan_queue
+        self._tracker = tracker
+        self._queue_loop = queue_loop
+        self._cold_starts = cold_starts
+        self._wait_timeout = wait_timeout
+        self._gate = gate
+        self._exchange: aio_pika.abc.AbstractExchange | None = None
+
+    async def handle(self, message: aio_pika.abc.AbstractIncomingMessage) -> None:
+        began = time.monotonic()
+        key = message.routing_key or ""
+        refusal = self._gate.admit(key)
+        if refusal is not None:
+            if refusal.status is wire.Status.INVALID_KEY:
+                self._metrics.invalid_keys.inc()
+            await self._refuse(message, key, refusal.status, refusal.error)
+            return
+        problem = wire.request_problem(message.headers)
+        if problem is not None:
+            await self._refuse(message, key, wire.Status.INVALID_REQUEST, problem)
+            return
+        known = key in self._tracker.state.value.groups
+        generation = self._tracker.require(key)
+        fields = logs.fields(
+            pool=self._names.pool,
+            key=key,
+            correlation_id=message.correlation_id,
+            generation=generation,
+        )
+        if not known:
+            self._cold_starts.begin(key, began)
+            logger.info("orphan for key %r: starting its worker group", key, extra=fields)
+
+        def ready(reached: QueuesReached) -> bool:
+            return (
+                reached.generation >= generation and reached.actual.get(key) is GroupStatus.ACTIVE
+            )
+
+        try:
+            async with asyncio.timeout(self._wait_timeout):
+                await self._queue_loop.reached.wait_for(ready)
+        except TimeoutError:
+            logger.warning(
+                "queue of %r not ready after %.0fs: orphan requeued",
+                key,
+                self._wait_timeout,
+                extra=fields,
+            )
+            self._metrics.orphans.labels("requeued").inc()
+            await message.nack(requeue=True)
+            return
+        if self._exchange is None:
+            self._exchange = await self.channel.get_exchange(
+                self._names.request_exchange, ensure=False
+            )
+        await self._exchange.publish(_replies.copy_of(message), routing_key=key, mandatory=True)
+        await message.ack()
+        self._metrics.orphans.labels("forwarded").inc()
+        self._metrics.requests_routed.labels("orphan").inc()
+        self._metrics.orphan_seconds.observe(time.monotonic() - began)
+        logger.debug("orphan for key %r forwarded", key, extra=fields)
+
+    async def _refuse(
+        self,
+        message: aio_pika.abc.AbstractIncomingMessage,
+        key: str,
+        status: wire.Status,
+        problem: str,
+    ) -> None:
+        fields = logs.fields(pool=self._names.pool, key=key, correlation_id=message.correlation_id)
+        logger.warning("refusing request for key %r (%s): %s", key, status, problem, extra=fields)
+        self._metrics.orphans.labels(status.value).inc()
+        if message.reply_to:
+            await _replies.answer_error(
+                self.channel,
+                message,
+                status=status,
+                document={
+                    "error": problem,
+                    "reason": status.value,
+                    "key": key,
+                    "pool": self._names.pool,
+                },
+            )
+        else:
+            entry = await poison.park(
+                self.channel, message, names=self._names, reason=problem, taken_from=self.queue_name
+            )
+            logger.warning(
+                "refused request for key %r had no reply_to: kept as poison %s",
+                key,
+                entry,
+                extra=fields,
+            )
+        await message.ack()

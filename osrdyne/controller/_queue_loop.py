@@ -1,0 +1,281 @@
+"""The request-queue control loop: make the broker's request queues match the expected state.
+
+It creates and binds the queues of Active groups, unbinds those of Unbound groups and deletes
+those of stopped groups, then publishes the generation it reached with the actual state, which
+the orphan processor waits on before it forwards a request. A queue is only deleted when it
+has no consumer and both the broker (passive declare) and the management API count no
+message: a queue that still holds requests, or that cannot be counted, brings its group back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+import types
+from collections.abc import Mapping
+
+import aio_pika.abc
+import aio_pika.exceptions
+
+from osrdyne import wire
+from osrdyne.controller import _migration, _reconcile, _topology
+from osrdyne.controller._channels import ChannelPool
+from osrdyne.controller._management import ManagementApi
+from osrdyne.controller._settings import QueueSettings
+from osrdyne.controller._tracker import GroupStatus, PoolStateTracker
+from osrdyne.controller._watch import Watch
+from osrdyne.ops import logs
+from osrdyne.ops.metrics import ControllerMetrics
+from osrdyne.wire import PoolNames
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class QueuesReached:
+    """The last expected generation the loop converged to, and what exists now."""
+
+    generation: int
+    actual: Mapping[str, GroupStatus]
+    errors: Mapping[str, str]
+
+
+class QueueBusy(Exception):
+    """A queue to delete still has consumers: try again later."""
+
+
+class QueueNotEmpty(Exception):
+    """A queue to delete still holds requests: its group must serve them first."""
+
+
+class QueueUnavailable(Exception):
+    """The broker cannot say what a queue to delete holds (a quorum queue with no online
+    member): kept, and its group required again, until it can be counted."""
+
+
+class RequestQueueLoop:
+    def __init__(
+        self,
+        *,
+        connection: aio_pika.abc.AbstractConnection,
+        api: ManagementApi,
+        names: PoolNames,
+        settings: QueueSettings,
+        tracker: PoolStateTracker,
+        interval: float,
+        metrics: ControllerMetrics,
+        operation_timeout: float = 10.0,
+        concurrency: int = 8,
+    ) -> None:
+        self._channels = ChannelPool(connection, size=concurrency)
+        self._api = api
+        self._names = names
+        self._settings = settings
+        self._tracker = tracker
+        self._interval = interval
+        self._metrics = metrics
+        self._limit = asyncio.Semaphore(concurrency)
+        self._operation_timeout = operation_timeout
+        #: Keys whose queue is an adopted one of osrdyne 0.1, and its name (the raw key).
+        self._legacy: dict[str, str] = {}
+        self.reached: Watch[QueuesReached] = Watch(
+            QueuesReached(0, types.MappingProxyType({}), types.MappingProxyType({}))
+        )
+
+    async def run(self, initial: Mapping[str, GroupStatus] | None = None) -> None:
+        if initial is None:
+            initial = await self._list()
+        elif isinstance(initial, _topology.RequestQueues):
+            self._legacy = dict(initial.legacy)
+        actual = dict(initial)
+        try:
+            while True:
+                version = self._tracker.state.version
+                target = self._tracker.state.value
+                started = time.monotonic()
+                errors = await self._converge(target.groups, actual)
+                self._metrics.loop_seconds.labels("queues").observe(time.monotonic() - started)
+                self.reached.set(
+                    QueuesReached(
+                        target.generation,
+                        types.MappingProxyType(dict(actual)),
+                        types.MappingProxyType(errors),
+                    )
+                )
+                wait = min(self._interval, 1.0) if errors else self._interval
+                try:
+                    async with asyncio.timeout(wait):
+                        await self._tracker.state.changed_since(version)
+                except TimeoutError:
+                    actual = await self._list()  # anti-entropy: trust the broker, not memory
+        finally:
+            await self._channels.close()
+
+    async def _list(self) -> dict[str, GroupStatus]:
+        listed = await _topology.list_request_queues(self._api, self._names)
+        self._legacy = dict(listed.legacy)
+        return dict(listed)
+
+    def _queue_name(self, key: str) -> str:
+        """The name of `key`'s queue: an adopted queue of osrdyne 0.1 keeps its own name (its
+        workers consume it) until its group stops; every new queue gets the current name."""
+        return self._legacy.get(key) or self._names.request_queue(key)
+
+    async def _converge(
+        self, expected: Mapping[str, GroupStatus], actual: dict[str, GroupStatus]
+    ) -> dict[str, str]:
+        errors: dict[str, str] = {}
+
+        async def apply(action: _reconcile.QueueAction) -> None:
+            async with self._limit:
+                try:
+                    async with asyncio.timeout(self._operation_timeout):
+                        await self._apply(action, actual)
+                except TimeoutError:
+                    errors[action.key] = (
+                        f"{action.op.value} took over {self._operation_timeout}s: retried"
+                    )
+                    logger.error(
+                        "request queue %s of %r took over %.0fs: abandoned, retried next pass",
+                        action.op.value,
+                        action.key,
+                        self._operation_timeout,
+                        extra=logs.fields(pool=self._names.pool, key=action.key),
+                    )
+                except QueueNotEmpty:
+                    errors[action.key] = "queue still holds requests: group required again"
+                    self._tracker.require(action.key, cause="requests left in its queue")
+                except QueueUnavailable:
+                    errors[action.key] = (
+                        "queue cannot be counted (no stats yet, or no online member): kept, "
+                        "group required again"
+                    )
+                    logger.warning(
+                        "request queue of %r cannot be counted (no stats yet, or a quorum "
+                        "queue with no online member): not deleted",
+                        action.key,
+                        extra=logs.fields(pool=self._names.pool, key=action.key),
+                    )
+                    self._tracker.require(action.key, cause="a queue that cannot be counted")
+                except QueueBusy:
+                    errors[action.key] = "queue still has consumers"
+                except (aio_pika.exceptions.AMQPError, ConnectionError) as exc:
+                    errors[action.key] = f"{type(exc).__name__}: {exc}"
+                    logger.warning(
+                        "request queue %s of %r failed: %s",
+                        action.op,
+                        action.key,
+                        exc,
+                        extra=logs.fields(pool=self._names.pool, key=action.key),
+                    )
+
+        actions = _reconcile.plan_queues(expected, actual)
+        deletes = [a for a in actions if a.op is _reconcile.QueueOp.DELETE]
+        await asyncio.gather(*(apply(a) for a in deletes))
+        await asyncio.gather(*(apply(a) for a in actions if a.op is not _reconcile.QueueOp.DELETE))
+        retiring = [key for key in self._legacy if key in expected and key in actual]
+        await asyncio.gather(*(self._retire(key, actual, errors) for key in retiring))
+        return errors
+
+    async def _retire(
+        self, key: str, actual: dict[str, GroupStatus], errors: dict[str, str]
+    ) -> None:
+        """One step of retiring the 0.1 queue of `key` (`_migration`)."""
+        async with self._limit:
+            try:
+                async with asyncio.timeout(self._operation_timeout):
+                    async with self._channels.channel() as channel:
+                        current = await self._declare(channel, self._names.request_queue(key), key)
+                        with wire.any_queue_name():  # 0.1 names may be refused by pamqp
+                            retired = await _migration.retire(
+                                channel,
+                                names=self._names,
+                                key=key,
+                                old=self._legacy[key],
+                                status=actual[key],
+                                current=current,
+                            )
+                if retired:
+                    self._legacy.pop(key, None)
+            except (TimeoutError, aio_pika.exceptions.AMQPError, ConnectionError) as exc:
+                errors[key] = f"retiring its queue of osrdyne 0.1: {type(exc).__name__}: {exc}"
+                logger.warning(
+                    "request queue of %r of osrdyne 0.1 not retired yet: %s",
+                    key,
+                    errors[key],
+                    extra=logs.fields(pool=self._names.pool, key=key),
+                )
+
+    async def _apply(self, action: _reconcile.QueueAction, actual: dict[str, GroupStatus]) -> None:
+        key, name = action.key, self._queue_name(action.key)
+        exchange = self._names.request_exchange
+        # A queue of osrdyne 0.1 may have a name pamqp refuses: let it through for this one.
+        names_check = wire.any_queue_name() if key in self._legacy else contextlib.nullcontext()
+        async with self._channels.channel() as channel:
+            with names_check:
+                if action.op is _reconcile.QueueOp.DELETE:
+                    await self._delete(channel, name)
+                    actual.pop(key, None)
+                    self._legacy.pop(key, None)
+                elif action.op is _reconcile.QueueOp.UNBIND:
+                    queue = await channel.get_queue(name, ensure=False)
+                    await queue.unbind(exchange, routing_key=key)
+                    actual[key] = GroupStatus.UNBOUND
+                else:
+                    if action.op is _reconcile.QueueOp.CREATE:
+                        self._legacy.pop(key, None)
+                        name = self._names.request_queue(key)
+                        await self._declare(channel, name, key)
+                        actual[key] = GroupStatus.UNBOUND
+                    if action.op is _reconcile.QueueOp.BIND or action.bind:
+                        queue = await channel.get_queue(name, ensure=False)
+                        await queue.bind(exchange, routing_key=key)
+                        actual[key] = GroupStatus.ACTIVE
+        self._metrics.queue_ops.labels(action.op.value).inc()
+        logger.info(
+            "request queue of %r: %s",
+            key,
+            action.op.value,
+            extra=logs.fields(pool=self._names.pool, key=key, generation=self._tracker.generation),
+        )
+
+    async def _declare(
+        self, channel: aio_pika.abc.AbstractChannel, name: str, key: str
+    ) -> aio_pika.abc.AbstractQueue:
+        arguments = _topology.request_queue_arguments(self._names, self._settings, key)
+        try:
+            return await channel.declare_queue(name, durable=True, arguments=arguments)
+        except aio_pika.exceptions.ChannelPreconditionFailed as exc:
+            # It exists with other arguments (e.g. the queue type changed): keep serving it.
+            logger.warning("request queue %r exists with other arguments: %s", name, exc)
+            return await channel.get_queue(name, ensure=False)
+
+    async def _delete(self, channel: aio_pika.abc.AbstractChannel, name: str) -> None:
+        # Quorum queues refuse if-empty/if-unused (RabbitMQ answers with a connection error),
+        # so check first; the queue is unbound, so nothing new can arrive in between.
+        try:
+            queue = await channel.declare_queue(name, passive=True)
+        except aio_pika.exceptions.ChannelNotFoundEntity:
+            return
+        result = queue.declaration_result
+        if result.consumer_count:
+            raise QueueBusy(name)
+        if result.message_count:
+            raise QueueNotEmpty(name)
+        # A zero is not proof: RabbitMQ answers 0 messages for a quorum queue whose Raft
+        # member is down, whatever it holds. Ask the management API as well, and keep a
+        # queue it cannot count (that is how a member that did not come back after a broker
+        # crash shows: no `messages`, no online member; a queue younger than the broker's
+        # statistics interval has no `messages` yet either, and waits for the next try).
+        info = await self._api.queue(name)
+        if info is None:
+            return
+        messages = info.get("messages")
+        if not isinstance(messages, int):
+            raise QueueUnavailable(name)
+        if messages:
+            raise QueueNotEmpty(name)
+        await queue.delete(if_unused=False, if_empty=self._settings.type == "classic")

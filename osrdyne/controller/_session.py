@@ -1,0 +1,159 @@
+"""One leader session's components, built whole or not at all.
+
+When a controller becomes the leader of its pool it rebuilds the expected state from the
+request queues that exist (adoption), then builds the tracker, both control loops and the
+three consumers around one connection. They live and die together: the controller holds a
+`Session` or nothing, never a half-built one, and everything that reads them (status, gauges)
+reads one consistent set.
+
+An operator acts on the pool through the session that leads it: `warm` requires a key's group
+before its first request (through the same gate as an orphan), `stop` sends a group through
+its two-stage stop now.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping
+
+import aio_pika.abc
+
+from drivers.base import Driver
+from osrdyne.controller import _topology
+from osrdyne.controller._activity import ActivityProcessor
+from osrdyne.controller._consumer import QueueConsumer
+from osrdyne.controller._dead_letters import DeadLetterResponder
+from osrdyne.controller._gate import Gate, KeyRefused
+from osrdyne.controller._group_loop import WorkerGroupLoop
+from osrdyne.controller._history import EventKind, KeyHistory
+from osrdyne.controller._management import ManagementApi
+from osrdyne.controller._orphans import OrphanProcessor
+from osrdyne.controller._queue_loop import RequestQueueLoop
+from osrdyne.controller._settings import Settings
+from osrdyne.controller._tracker import GroupStatus, PoolStateTracker
+from osrdyne.ops.metrics import ColdStartClock, ControllerMetrics
+from osrdyne.wire import PoolNames
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Session:
+    """The components of one leader session."""
+
+    #: The request queues found at the start (key -> bound or not): what was adopted.
+    adopted: Mapping[str, GroupStatus]
+    tracker: PoolStateTracker
+    queue_loop: RequestQueueLoop
+    group_loop: WorkerGroupLoop
+    activity: ActivityProcessor
+    #: What every new group passes, for orphans and for warm alike.
+    gate: Gate
+    #: The controller's history of each key (it outlives sessions).
+    history: KeyHistory
+    #: Seconds an operator-stopped group drains before its workers stop.
+    stop_drain: float
+    #: Dead letters, activity, then orphans: started in this order once the loops run, so
+    #: the controller takes orphans (and starts groups) only when it can hear from them.
+    consumers: tuple[QueueConsumer, ...]
+
+    def warm(self, key: str, *, by: str) -> int:
+        """Require the group of `key` as its first orphan would, without a request; return
+        the generation from which it is Active. `KeyRefused` when the gate refuses the key."""
+        refusal = self.gate.admit(key)
+        if refusal is not None:
+            raise KeyRefused(refusal)
+        self.history.record(key, EventKind.WARM, f"asked by {by}")
+        return self.tracker.require(key, cause="an operator's warm")
+
+    def stop(self, key: str, *, by: str) -> int | None:
+        """Unbind the group of `key` now and stop it after `stop_drain` seconds (see
+        `PoolStateTracker.stop`); None when it has no group."""
+        if key not in self.tracker.state.value.groups:
+            return None
+        self.history.record(key, EventKind.STOP, f"asked by {by}")
+        return self.tracker.stop(key, drain=self.stop_drain)
+
+
+async def build(
+    connection: aio_pika.abc.AbstractConnection,
+    *,
+    settings: Settings,
+    names: PoolNames,
+    api: ManagementApi,
+    driver: Driver,
+    metrics: ControllerMetrics,
+    history: KeyHistory,
+) -> Session:
+    """Adopt what exists and build every component (nothing runs yet)."""
+    s = settings
+    adopted = await _topology.list_request_queues(api, names)
+    logger.info("adopting %d existing request queue(s)", len(adopted))
+    tracker = PoolStateTracker(
+        unbind_delay=s.groups.unbind_delay,
+        stop_delay=s.groups.stop_delay,
+        initial=adopted,
+        history=history,
+    )
+    gate = Gate(names, tracker)
+    queue_loop = RequestQueueLoop(
+        connection=connection,
+        api=api,
+        names=names,
+        settings=s.queues,
+        tracker=tracker,
+        interval=s.groups.loop_interval,
+        metrics=metrics,
+        operation_timeout=s.amqp.operation_timeout,
+    )
+    group_loop = WorkerGroupLoop(
+        driver=driver,
+        tracker=tracker,
+        interval=s.groups.loop_interval,
+        metrics=metrics,
+        pool=s.pool,
+        queues_reached=lambda generation: queue_loop.reached.wait_for(
+            lambda reached: reached.generation >= generation
+        ),
+        history=history,
+    )
+    cold_starts = ColdStartClock(metrics.cold_start_seconds)
+
+    async def confirm_channel() -> aio_pika.abc.AbstractChannel:
+        return await connection.channel(publisher_confirms=True, on_return_raises=True)
+
+    activity = ActivityProcessor(
+        await confirm_channel(),
+        names=names,
+        tracker=tracker,
+        metrics=metrics,
+        cold_starts=cold_starts,
+        fold=s.groups.activity_fold,
+        history=history,
+    )
+    orphans = OrphanProcessor(
+        await confirm_channel(),
+        names=names,
+        tracker=tracker,
+        queue_loop=queue_loop,
+        metrics=metrics,
+        cold_starts=cold_starts,
+        wait_timeout=s.groups.orphan_wait_timeout,
+        prefetch=s.groups.orphan_prefetch,
+        gate=gate,
+    )
+    dead_letters = DeadLetterResponder(
+        await confirm_channel(), names=names, metrics=metrics, history=history
+    )
+    return Session(
+        adopted=adopted,
+        tracker=tracker,
+        queue_loop=queue_loop,
+        group_loop=group_loop,
+        activity=activity,
+        gate=gate,
+        history=history,
+        stop_drain=s.groups.stop_drain,
+        consumers=(dead_letters, activity, orphans),
+    )

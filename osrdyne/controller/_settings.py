@@ -1,0 +1,297 @@
+"""Controller settings: a TOML file plus environment overrides, grouped by concern.
+
+Sources, strongest first: keyword arguments, environment (`OSRDYNE_<FIELD>`, nested with
+`__`, e.g. `OSRDYNE_GROUPS__UNBIND_DELAY=60`), the TOML file, defaults. Every option is
+documented in docs/configuration.md.
+"""
+
+from __future__ import annotations
+
+import tomllib
+import urllib.parse
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from drivers import registry
+from osrdyne.controller import _config_errors
+from osrdyne.exceptions import ConfigurationError
+
+
+class AmqpSettings(BaseModel):
+    """Where the broker is."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(
+        default="amqp://guest:guest@127.0.0.1:5672/%2F",
+        description="AMQP URI of the broker; its path is the virtual host.",
+    )
+    management_url: str = Field(
+        default="http://127.0.0.1:15672",
+        description="Base URL of the RabbitMQ management HTTP API; its credentials, when it "
+        "has them, else those of `url`.",
+    )
+    worker_url: str | None = Field(
+        default=None,
+        description="AMQP URI handed to workers as WORKER_AMQP_URI; `url` when unset.",
+    )
+    connect_timeout: float = Field(default=10.0, description="Seconds per connection attempt.")
+    operation_timeout: float = Field(
+        default=10.0,
+        gt=0,
+        description="Seconds a control loop's broker operation (declare, bind, delete) may "
+        "take; one that hangs (e.g. on a quorum queue with no online member) is abandoned, its "
+        "channel replaced, and retried on the next pass instead of stalling every key.",
+    )
+    management_retry: float = Field(
+        default=30.0,
+        gt=0,
+        description="Seconds a management API call is retried (connection refused, 5xx) "
+        "before it fails; a session that fails this way is followed by a new one.",
+    )
+
+    @property
+    def vhost(self) -> str:
+        path = urllib.parse.urlsplit(self.url).path.lstrip("/")
+        return urllib.parse.unquote(path) if path else "/"
+
+    @property
+    def credentials(self) -> tuple[str, str]:
+        parts = urllib.parse.urlsplit(self.url)
+        return (
+            urllib.parse.unquote(parts.username or "guest"),
+            urllib.parse.unquote(parts.password or "guest"),
+        )
+
+
+class GroupSettings(BaseModel):
+    """Life cycle of worker groups."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    unbind_delay: float = Field(
+        default=300.0,
+        gt=0,
+        description="Seconds without activity before a group's queue is unbound.",
+    )
+    stop_delay: float = Field(
+        default=300.0,
+        gt=0,
+        description="Seconds a group stays Unbound (rebound by any activity) before it is "
+        "stopped and its queue deleted.",
+    )
+    stop_drain: float = Field(
+        default=10.0,
+        ge=0,
+        description="Seconds a group an operator stops (`osrdyne stop`, the console) stays "
+        "Unbound, draining its queue, before its workers are stopped (at most `stop_delay`).",
+    )
+    loop_interval: float = Field(
+        default=10.0,
+        gt=0,
+        description="Seconds between control-loop passes without any change (re-lists queues "
+        "and groups: anti-entropy).",
+    )
+    activity_fold: float = Field(
+        default=1.0,
+        ge=0,
+        description="Activity events of one key closer than this many seconds are folded "
+        "into one tracker update.",
+    )
+    orphan_wait_timeout: float = Field(
+        default=30.0,
+        gt=0,
+        description="Seconds an orphan waits for its queue before it is requeued for later.",
+    )
+    orphan_prefetch: int = Field(default=256, ge=1, description="Orphans handled at once.")
+    stall_after: float = Field(
+        default=60.0,
+        gt=0,
+        description="A group whose requests are delivered and unanswered, with no activity "
+        "report for this many seconds, shows as `stalled` in `/status` (workers report "
+        "while they work).",
+    )
+
+
+class QueueSettings(BaseModel):
+    """Request queues and the policy the controller applies to them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["quorum", "classic"] = Field(
+        default="quorum",
+        description="Request queue type. Classic queues have no delivery limit (no poison "
+        "detection) and lose messages if their node is lost.",
+    )
+    message_ttl: float | None = Field(
+        default=600.0,
+        gt=0,
+        description="Seconds a request may wait in a request queue before it dies as "
+        "`expired` (and is answered). None: no limit.",
+    )
+    delivery_limit: int | None = Field(
+        default=5,
+        ge=1,
+        description="Deliveries of one request before it dies as `delivery_limit` and goes "
+        "to the poison queue (quorum queues only).",
+    )
+    max_length: int | None = Field(
+        default=None,
+        ge=1,
+        description="Bound on a request queue's length; the oldest requests are dropped "
+        "(`drop-head`) and answered `maxlen`.",
+    )
+    poison_max_length: int = Field(
+        default=10_000,
+        ge=1,
+        description="Most requests kept in the poison queue; the oldest are dropped first "
+        "(a flood of bad requests cannot fill the broker).",
+    )
+    policy_priority: int = Field(
+        default=10,
+        description="Priority of the request-queue and poison-queue policies among the "
+        "vhost's policies.",
+    )
+
+
+class DriverSettings(BaseModel):
+    """Which driver runs worker groups; each driver reads its own section, listed below."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: str = Field(
+        default="subprocess",
+        description="The worker-group driver: " + ", ".join(f"`{k}`" for k in registry.KINDS) + ".",
+    )
+    sections: dict[str, BaseModel] = Field(
+        default_factory=dict,
+        exclude=True,
+        description="The `[driver.<section>]` tables, validated by their drivers' models.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _sections_by_driver(cls, values: Any) -> Any:
+        if not isinstance(values, dict):
+            return values
+        values = dict(values)
+        given = {k: values.pop(k) for k in list(values) if k not in ("kind", "sections")}
+        sections = dict(values.get("sections", {}))
+        for name, options in given.items():
+            try:
+                sections.update(registry.parse_sections({name: options}))
+            except ValidationError as exc:  # said here, where the section's name is known
+                model = registry.SECTIONS[name]
+                raise ValueError(
+                    _config_errors.explain(exc, model, prefix=f"driver.{name}")
+                ) from None
+        values["sections"] = sections
+        return values
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, kind: str) -> str:
+        return registry.check_kind(kind)
+
+    def section(self, name: str) -> BaseModel | None:
+        """The options of `[driver.<name>]`, None when the file has no such section."""
+        return self.sections.get(name)
+
+
+class ApiSettings(BaseModel):
+    """The controller's HTTP API (health, status, metrics)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(default=True, description="Serve the HTTP API.")
+    host: str = Field(default="127.0.0.1", description="Address the API binds to.")
+    port: int = Field(default=8090, ge=0, le=65535, description="Port (0: any free port).")
+    token: str | None = Field(
+        default=None,
+        description="Bearer token required on every endpoint but /health and the console's "
+        "page and assets (which hold no data).",
+    )
+    advertise_url: str | None = Field(
+        default=None,
+        description="Base URL of this API as other controllers of the pool show it (a "
+        "standby refusing an action points to the leader's). Default: `http://` + `host` "
+        "(this machine's name when bound to every address) + `:` + the bound port.",
+    )
+    scaling_backlog_per_consumer: float = Field(
+        default=10.0,
+        ge=0,
+        description="`/pulse/scaling` answers 503 when a group has more ready requests per "
+        "consumer than this (any ready request with no consumer counts as over).",
+    )
+
+
+class LogSettings(BaseModel):
+    """Log lines of the controller (and of the workers it starts on its machine)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    level: str = Field(default="INFO", description="Log level.")
+    json_format: bool = Field(default=False, alias="json", description="One JSON object a line.")
+
+
+class Settings(BaseSettings):
+    """Everything a controller of one pool needs."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="OSRDYNE_", env_nested_delimiter="__", extra="forbid", populate_by_name=True
+    )
+
+    pool: str = Field(
+        default="demo",
+        min_length=1,
+        max_length=200,
+        pattern=r"^[A-Za-z0-9_.:@-]+$",
+        description="The worker pool this controller runs: letters, digits and `_.:@-` (its "
+        "exchange and queue names must be accepted by every AMQP client).",
+    )
+    amqp: AmqpSettings = Field(default_factory=AmqpSettings)
+    groups: GroupSettings = Field(default_factory=GroupSettings)
+    queues: QueueSettings = Field(default_factory=QueueSettings)
+    driver: DriverSettings = Field(default_factory=DriverSettings)
+    api: ApiSettings = Field(default_factory=ApiSettings)
+    log: LogSettings = Field(default_factory=LogSettings)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls))
+
+    @classmethod
+    def load(cls, path: Path | str | None = None) -> Settings:
+        """Settings from the TOML file at `path` (if any) under environment overrides.
+
+        Raises `ConfigurationError` with a one-line explanation: the file is missing or not
+        TOML, an option is unknown (with the nearest valid name) or has a wrong value.
+        """
+        if path is not None and not Path(path).is_file():
+            raise ConfigurationError(f"configuration file {str(path)!r} does not exist")
+        config = {**cls.model_config, "toml_file": path} if path is not None else cls.model_config
+        bound = type(cls.__name__, (cls,), {"model_config": config})
+        try:
+            return bound()  # type: ignore[no-any-return]
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigurationError(
+                f"configuration file {str(path)!r} is not TOML: {exc}"
+            ) from exc
+        except ValidationError as exc:
+            where = f"configuration file {str(path)!r}" if path is not None else "configuration"
+            raise ConfigurationError(f"{where}: {_config_errors.explain(exc, cls)}") from exc

@@ -1,0 +1,119 @@
+"""The status document: what a controller knows of its pool, as one typed value.
+
+The controller builds it (`Controller.report()`), the HTTP API serves it as JSON (`/status`),
+and the CLI (`osrdyne status`, `watch`) reads it back into the same models, so the three
+cannot disagree on a field. docs/observability.md describes every field.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import pydantic
+
+from drivers.base import WorkerInfo
+from osrdyne.controller._tracker import GroupStatus
+
+
+class Role(enum.StrEnum):
+    """What a controller is doing for its pool."""
+
+    #: No session: the broker is unreachable, or between sessions.
+    CONNECTING = "connecting"
+    #: Connected, waiting for leadership.
+    STANDBY = "standby"
+    #: Acting for the pool.
+    LEADER = "leader"
+
+
+class GroupState(enum.StrEnum):
+    """Where a group is in its life, as the status document shows it."""
+
+    ACTIVE = "active"
+    UNBOUND = "unbound"
+    #: No longer expected: its queue and workers are being removed.
+    STOPPING = "stopping"
+    #: A request queue the controller does not track (yet).
+    UNKNOWN = "unknown"
+
+
+class Health(enum.StrEnum):
+    """Whether a group keeps up, as its queue and its workers' reports tell."""
+
+    OK = "ok"
+    #: Requests are delivered to its workers, unanswered, and none of them has reported
+    #: activity for `groups.stall_after` seconds: its workers hang (see the worker watchdog).
+    STALLED = "stalled"
+
+
+class _Model(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+
+class Generations(_Model):
+    """The expected state's generation, and the one each control loop last converged to."""
+
+    tracker: int
+    queues: int
+    groups: int
+
+
+class Leader(_Model):
+    """The controller that leads the pool, as the broker names its connection."""
+
+    #: `host:pid:id` of the leading controller.
+    instance: str
+    #: Base URL of its HTTP API, when it advertised one (`api.advertise_url`).
+    api: str | None = None
+
+
+class GroupReport(_Model):
+    """One worker group."""
+
+    state: GroupState
+    #: The request queue as the queue loop last saw it (None: absent).
+    queue: GroupStatus | None = None
+    #: The driver listed the group on the group loop's last pass.
+    running: bool = False
+    #: The last failure of the queue loop or of a driver call for this key.
+    error: str | None = None
+    #: Epoch seconds of the last valid activity report of one of its workers.
+    last_activity: float | None = None
+    #: Epoch seconds the group entered its state (None: not since this controller started).
+    since: float | None = None
+    #: Seconds from its group being required to its first worker's `ready`, last time.
+    cold_start: float | None = None
+    #: The group's workers, from drivers that describe them (None: the driver cannot).
+    workers: list[WorkerInfo] | None = None
+    #: Sum of the workers' restarts (None with `workers`).
+    restarts: int | None = None
+    # The request queue as the management API counts it (refreshed every few seconds);
+    # None when unknown (no queue, or the management API did not answer).
+    messages: int | None = None
+    messages_ready: int | None = None
+    messages_unacknowledged: int | None = None
+    consumers: int | None = None
+    #: Seconds since the oldest waiting request was published (classic queues only).
+    oldest_message_age: float | None = None
+    #: None when the queue's figures are unknown.
+    health: Health | None = None
+
+
+class StatusDocument(_Model):
+    """Everything `/status` answers."""
+
+    pool: str
+    instance: str
+    role: Role
+    sessions: int
+    last_error: str | None = None
+    driver: str
+    #: The controller's clock (epoch seconds) when the document was made.
+    time: float
+    #: Leader only (None on a standby or while connecting).
+    generations: Generations | None = None
+    #: Standby only: who leads, when the broker says (None otherwise).
+    leader: Leader | None = None
+    groups: dict[str, GroupReport] = pydantic.Field(default_factory=dict)
+    #: Why the queue figures are missing, when the management API did not answer.
+    queues_error: str | None = None

@@ -1,0 +1,140 @@
+"""The broker objects of a pool: declared idempotently, queues listed, policies applied.
+
+Every controller of a pool declares the same objects with the same arguments at start, so two
+controllers starting together agree instead of fighting. Request queues get their dead-letter
+exchange as an argument (a queue never exists without it, even before the policy lands); TTL,
+delivery limit and length bound come from a policy, so operators can change them live.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import aio_pika
+import aio_pika.abc
+
+from osrdyne.controller._management import ManagementApi
+from osrdyne.controller._settings import QueueSettings
+from osrdyne.controller._tracker import GroupStatus
+from osrdyne.wire import PoolNames
+
+#: Activity reports older than this are useless: the controller rebuilds state on restart.
+ACTIVITY_TTL_MS = 60_000
+
+
+async def declare_pool(channel: aio_pika.abc.AbstractChannel, names: PoolNames) -> None:
+    """Declare the pool's exchanges and queues (idempotent)."""
+    fanout, direct = aio_pika.ExchangeType.FANOUT, aio_pika.ExchangeType.DIRECT
+    orphan_x = await channel.declare_exchange(names.orphan_exchange, fanout, durable=True)
+    dl_x = await channel.declare_exchange(names.dead_letter_exchange, fanout, durable=True)
+    activity_x = await channel.declare_exchange(names.activity_exchange, fanout, durable=True)
+    await channel.declare_exchange(
+        names.request_exchange,
+        direct,
+        durable=True,
+        arguments={"alternate-exchange": names.orphan_exchange},
+    )
+    # Orphans dead-letter too: one whose client deadline passes while waiting is answered.
+    orphans = await channel.declare_queue(
+        names.orphan_queue,
+        durable=True,
+        arguments={"x-dead-letter-exchange": names.dead_letter_exchange},
+    )
+    await orphans.bind(orphan_x)
+    dead = await channel.declare_queue(names.dead_letter_queue, durable=True)
+    await dead.bind(dl_x)
+    activity = await channel.declare_queue(
+        names.activity_queue, durable=True, arguments={"x-message-ttl": ACTIVITY_TTL_MS}
+    )
+    await activity.bind(activity_x)
+    await channel.declare_queue(names.poison_queue, durable=True)
+
+
+def request_queue_arguments(names: PoolNames, settings: QueueSettings, key: str) -> dict[str, Any]:
+    return {
+        "x-queue-type": settings.type,
+        "x-dead-letter-exchange": names.dead_letter_exchange,
+        **names.request_queue_arguments(key),
+    }
+
+
+def policy_name(names: PoolNames) -> str:
+    return f"osrdyne-{names.pool}-requests"
+
+
+def policy_definition(names: PoolNames, settings: QueueSettings) -> dict[str, Any]:
+    definition: dict[str, Any] = {"dead-letter-exchange": names.dead_letter_exchange}
+    if settings.message_ttl is not None:
+        definition["message-ttl"] = int(settings.message_ttl * 1000)
+    if settings.delivery_limit is not None and settings.type == "quorum":
+        definition["delivery-limit"] = settings.delivery_limit
+    if settings.max_length is not None:
+        definition["max-length"] = settings.max_length
+        definition["overflow"] = "drop-head"
+    return definition
+
+
+async def apply_policy(api: ManagementApi, names: PoolNames, settings: QueueSettings) -> None:
+    """Put the request-queue policy (TTL, delivery limit, dead-lettering, length bound) and the
+    poison queue's (a length bound: a flood of bad requests cannot fill the broker)."""
+    await api.put_policy(
+        policy_name(names),
+        pattern="^" + re.escape(names.request_queue_prefix),
+        definition=policy_definition(names, settings),
+        priority=settings.policy_priority,
+        apply_to="queues",
+    )
+    await api.put_policy(
+        poison_policy_name(names),
+        pattern="^" + re.escape(names.poison_queue) + "$",
+        definition={"max-length": settings.poison_max_length, "overflow": "drop-head"},
+        priority=settings.policy_priority,
+        apply_to="queues",
+    )
+
+
+def poison_policy_name(names: PoolNames) -> str:
+    return f"osrdyne-{names.pool}-poison"
+
+
+class RequestQueues(dict[str, GroupStatus]):
+    """The pool's request queues by key (ACTIVE when bound to the request exchange with the
+    key), and the name of each queue that is not the one `PoolNames.request_queue` gives its
+    key now: a queue of osrdyne 0.1, named after the raw key, adopted as it is and retired
+    by the queue loop (`_migration`)."""
+
+    def __init__(self, statuses: Mapping[str, GroupStatus], legacy: Mapping[str, str]) -> None:
+        super().__init__(statuses)
+        #: key -> the name its existing queue has, for queues of an older naming.
+        self.legacy = dict(legacy)
+
+
+async def list_request_queues(api: ManagementApi, names: PoolNames) -> RequestQueues:
+    """The pool's request queues by key, read back from their names and arguments (both the
+    current encoding and osrdyne 0.1's raw names, so an upgrade adopts every queue)."""
+    queues = await api.queues(
+        name_regex="^" + re.escape(names.request_queue_prefix), columns="name,arguments"
+    )
+    keys: dict[str, str] = {}  # queue name -> key
+    for queue in queues:
+        key = names.key_of_queue(queue["name"], queue.get("arguments"))
+        if key is not None:
+            keys[queue["name"]] = key
+    bound = {
+        b["destination"]
+        for b in await api.bindings_from(names.request_exchange)
+        if b.get("destination_type") == "queue"
+        and b["destination"] in keys
+        and keys[b["destination"]] == b.get("routing_key")
+    }
+    statuses: dict[str, GroupStatus] = {}
+    legacy: dict[str, str] = {}
+    for name, key in keys.items():
+        # A key with both queues (a retirement cut short) is bound if either is.
+        if name in bound or key not in statuses:
+            statuses[key] = GroupStatus.ACTIVE if name in bound else GroupStatus.UNBOUND
+        if name != names.request_queue(key):
+            legacy[key] = name
+    return RequestQueues(statuses, legacy)

@@ -1,0 +1,622 @@
+// The console's two views: the pool (cards, charts, the groups table, the poison queue) and
+// one key (its group, timeline, dead letters and poison entries). Each builds its skeleton
+// once (inputs keep their focus) and refreshes its parts when new data comes.
+
+import { coldStartHistogram, routedOverTime } from "./charts.js";
+import { ago, clock, duration, escapeText, h, number, replace, visible } from "./dom.js";
+
+export function keyHref(key) {
+  return "#/key/" + encodeURIComponent(key);
+}
+
+// -- small pieces ---------------------------------------------------------------------------
+
+function badge(text, kind) {
+  return h("span", { class: "badge " + (kind || text) }, text);
+}
+
+function card(title, ...body) {
+  return h("section", { class: "card" }, h("h3", {}, title), ...body);
+}
+
+function rows(pairs) {
+  return h(
+    "dl",
+    { class: "pairs" },
+    pairs.filter(Boolean).map(([name, value]) => [h("dt", {}, name), h("dd", {}, value)]),
+  );
+}
+
+// A value of a status section the console does not know (yet): rendered generically.
+export function generic(value, depth = 0) {
+  if (value === null || value === undefined) return h("span", { class: "muted" }, "–");
+  if (Array.isArray(value)) {
+    if (!value.length) return h("span", { class: "muted" }, "none");
+    if (value.every((v) => v && typeof v === "object" && !Array.isArray(v))) {
+      const columns = [...new Set(value.flatMap((v) => Object.keys(v)))];
+      return h(
+        "table",
+        { class: "mini" },
+        h("thead", {}, h("tr", {}, columns.map((c) => h("th", {}, visible(c))))),
+        h("tbody", {}, value.map((v) => h("tr", {}, columns.map((c) => h("td", {}, generic(v[c], depth + 1)))))),
+      );
+    }
+    return h("span", {}, visible(value.map((v) => (typeof v === "object" ? JSON.stringify(v) : String(v))).join(", ")));
+  }
+  if (typeof value === "object") {
+    if (depth > 3) return visible(JSON.stringify(value));
+    return rows(Object.entries(value).map(([k, v]) => [visible(k), generic(v, depth + 1)]));
+  }
+  if (typeof value === "boolean") return h("span", {}, value ? "yes" : "no");
+  if (typeof value === "number") return h("span", { class: "num" }, number(value));
+  return visible(value);
+}
+
+// A button that acts on the second click within a few seconds (the first arms it).
+export function armedButton(label, confirmLabel, run, props) {
+  let timer = null;
+  const button = h("button", { type: "button", class: "action", ...(props || {}) }, label);
+  button.addEventListener("click", async (event) => {
+    event.stopPropagation();
+    if (!button.classList.contains("armed")) {
+      button.classList.add("armed");
+      button.textContent = confirmLabel;
+      timer = setTimeout(() => {
+        button.classList.remove("armed");
+        button.textContent = label;
+      }, 4000);
+      return;
+    }
+    clearTimeout(timer);
+    button.classList.remove("armed");
+    button.textContent = label;
+    button.disabled = true;
+    try {
+      await run();
+    } finally {
+      button.disabled = false;
+    }
+  });
+  return button;
+}
+
+function actionButton(label, run, props) {
+  const button = h("button", { type: "button", class: "action", ...(props || {}) }, label);
+  button.addEventListener("click", async (event) => {
+    event.stopPropagation();
+    button.disabled = true;
+    try {
+      await run();
+    } finally {
+      button.disabled = false;
+    }
+  });
+  return button;
+}
+
+function workersText(workers) {
+  if (workers === null || workers === undefined) return h("span", { class: "muted" }, "–");
+  if (!workers.length) return h("span", { class: "muted" }, "none");
+  const names = workers.map((w) => (w.pid ? "pid " + w.pid : w.name || w.worker_id || "?"));
+  const shown = names.slice(0, 3).join(", ") + (names.length > 3 ? ` +${names.length - 3}` : "");
+  return visible(shown);
+}
+
+function workersTable(workers) {
+  if (workers === null || workers === undefined) return h("p", { class: "muted" }, "This driver does not describe its workers.");
+  if (!workers.length) return h("p", { class: "muted" }, "No worker.");
+  const known = ["worker_id", "pid", "name", "restarts", "last_exit", "adopted"];
+  const extra = [...new Set(workers.flatMap((w) => Object.keys(w)))].filter((c) => !known.includes(c));
+  return h(
+    "table",
+    { class: "workers" },
+    h("thead", {}, h("tr", {}, ["Worker", "Pid", "Container or pod", "Restarts", "Last exit", "Adopted", ...extra].map((c) => h("th", {}, visible(c))))),
+    h(
+      "tbody",
+      {},
+      workers.map((w) =>
+        h(
+          "tr",
+          {},
+          h("td", { class: "mono" }, visible(w.worker_id)),
+          h("td", { class: "mono" }, w.pid ?? "–"),
+          h("td", { class: "mono" }, visible(w.name ?? "–")),
+          h("td", { class: "num" }, number(w.restarts)),
+          h("td", { class: "num" }, w.last_exit ?? "–"),
+          h("td", {}, w.adopted ? "yes" : "no"),
+          extra.map((c) => h("td", {}, generic(w[c]))),
+        ),
+      ),
+    ),
+  );
+}
+
+function restartsText(group) {
+  if (group.restarts === null || group.restarts === undefined) return "–";
+  const exits = (group.workers || []).map((w) => w.last_exit).filter((e) => e !== null && e !== undefined);
+  return number(group.restarts) + (exits.length ? ` (last exit ${exits[exits.length - 1]})` : "");
+}
+
+function stateBadges(group) {
+  return [badge(group.state), group.health === "stalled" ? badge("stalled") : null];
+}
+
+// -- the pool -------------------------------------------------------------------------------
+
+const KNOWN_STATUS = new Set([
+  "pool",
+  "instance",
+  "role",
+  "sessions",
+  "last_error",
+  "driver",
+  "time",
+  "generations",
+  "groups",
+  "queues_error",
+  "leader",
+]);
+
+const COLUMNS = [
+  { id: "key", label: "Key", value: (k) => k },
+  { id: "state", label: "State", value: (k, g) => g.state },
+  { id: "since", label: "Since", value: (k, g) => g.since, desc: true },
+  { id: "workers", label: "Workers", value: (k, g) => (g.workers ? g.workers.length : null) },
+  { id: "restarts", label: "Restarts", value: (k, g) => g.restarts },
+  { id: "ready", label: "Ready", value: (k, g) => g.messages_ready },
+  { id: "unacked", label: "Unacked", value: (k, g) => g.messages_unacknowledged },
+  { id: "consumers", label: "Consumers", value: (k, g) => g.consumers },
+  { id: "activity", label: "Last activity", value: (k, g) => g.last_activity, desc: true },
+  { id: "cold", label: "Cold start", value: (k, g) => g.cold_start },
+  { id: "error", label: "Error", value: (k, g) => g.error },
+];
+
+const PAGE = 100;
+
+export class PoolView {
+  constructor(app) {
+    this.app = app;
+    this.sort = { id: "key", dir: 1 };
+    this.page = 0;
+    this.showPoison = false;
+    this.filter = h("input", {
+      type: "search",
+      id: "filter",
+      placeholder: "Filter by key",
+      "aria-label": "filter groups by key",
+      oninput: () => {
+        this.page = 0;
+        this.renderGroups();
+      },
+    });
+    this.stateFilter = h(
+      "select",
+      { id: "state-filter", "aria-label": "filter groups by state", onchange: () => this.renderGroups() },
+      ["all", "active", "unbound", "stopping", "unknown", "stalled"].map((v) => h("option", { value: v }, v)),
+    );
+    this.warmKey = h("input", { type: "text", id: "warm-key", placeholder: "key to warm", "aria-label": "key to warm" });
+    const warmForm = h(
+      "form",
+      {
+        id: "warm-form",
+        class: "inline",
+        onsubmit: (event) => {
+          event.preventDefault();
+          const key = this.warmKey.value;
+          if (key) this.app.warm(key).then((ok) => ok && (this.warmKey.value = ""));
+        },
+      },
+      this.warmKey,
+      h("button", { type: "submit", class: "action", id: "warm-button" }, "Warm"),
+    );
+    this.cards = h("div", { class: "cards", id: "pool-cards" });
+    this.cold = h("div", { id: "cold-starts" });
+    this.routed = h("div", { id: "routed" });
+    this.count = h("span", { class: "muted", id: "group-count" });
+    this.thead = h("thead", {});
+    this.tbody = h("tbody", {});
+    this.pager = h("div", { class: "pager" });
+    this.poisonBody = h("div", { id: "poison-list" });
+    this.poisonToggle = h(
+      "button",
+      {
+        type: "button",
+        class: "action subtle",
+        id: "poison-toggle",
+        onclick: () => {
+          this.showPoison = !this.showPoison;
+          this.poisonToggle.textContent = this.showPoison ? "Hide entries" : "Show entries";
+          if (this.showPoison) this.app.refreshPoison();
+          else replace(this.poisonBody);
+        },
+      },
+      "Show entries",
+    );
+    this.node = h(
+      "div",
+      { class: "view pool" },
+      this.cards,
+      h(
+        "div",
+        { class: "charts" },
+        card("Cold starts", this.cold),
+        card("Requests routed: fast path and orphans", this.routed),
+      ),
+      h(
+        "section",
+        { class: "panel" },
+        h("div", { class: "toolbar" }, h("h2", {}, "Worker groups"), this.count, h("span", { class: "grow" }), this.filter, this.stateFilter, warmForm),
+        h("div", { class: "scroll" }, h("table", { id: "groups", class: "groups" }, this.thead, this.tbody)),
+        this.pager,
+      ),
+      h(
+        "section",
+        { class: "panel" },
+        h("div", { class: "toolbar" }, h("h2", {}, "Poison queue"), h("span", { class: "muted" }, "requests kept after the delivery limit, or that could not be handled"), h("span", { class: "grow" }), this.poisonToggle),
+        this.poisonBody,
+      ),
+    );
+  }
+
+  update() {
+    this.renderCards();
+    this.renderGroups();
+  }
+
+  renderCards() {
+    const { status, overview } = this.app.state;
+    if (!status) return;
+    const counters = (overview && overview.counters) || {};
+    const gens = status.generations;
+    const groups = Object.values(status.groups || {});
+    const byState = {};
+    for (const g of groups) byState[g.state] = (byState[g.state] || 0) + 1;
+    const stalled = groups.filter((g) => g.health === "stalled").length;
+    const routed = counters.requests_routed || {};
+    const fast = routed.fast || 0;
+    const orphan = routed.orphan || 0;
+    const shownCounters = new Set(["requests_routed", "orphans", "dead_letters", "poison", "invalid_keys"]);
+    const cards = [
+      card(
+        "Controller",
+        rows([
+          ["role", badge(status.role)],
+          ["instance", visible(status.instance)],
+          ["driver", visible(status.driver)],
+          ["sessions", number(status.sessions)],
+          status.leader && ["leader", visible(status.leader.instance)],
+          status.last_error && ["last error", visible(status.last_error, { class: "text error" })],
+          status.queues_error && ["queue figures", visible(status.queues_error, { class: "text error" })],
+        ]),
+      ),
+      card(
+        "Generations",
+        gens
+          ? rows([
+              ["tracker", number(gens.tracker)],
+              ["queue loop", [number(gens.queues), lag(gens.tracker - gens.queues)]],
+              ["group loop", [number(gens.groups), lag(gens.tracker - gens.groups)]],
+            ])
+          : h("p", { class: "muted" }, "Only the leader has generations."),
+      ),
+      card(
+        "Groups",
+        rows([
+          ["active", number(byState.active || 0)],
+          ["unbound", number(byState.unbound || 0)],
+          ["stopping", number(byState.stopping || 0)],
+          byState.unknown && ["unknown", number(byState.unknown)],
+          ["stalled", stalled ? badge(String(stalled), "stalled") : "0"],
+        ]),
+      ),
+      card(
+        "Requests routed",
+        rows([
+          ["fast path", number(fast)],
+          ["orphans", number(orphan)],
+          ["orphan share", fast + orphan ? Math.round((100 * orphan) / (fast + orphan)) + "%" : "–"],
+        ]),
+      ),
+      card("Orphans", counterRows(counters.orphans, "none yet")),
+      card(
+        "Dead letters",
+        counterRows(counters.dead_letters, "none"),
+        rows([
+          ["to poison", number(counters.poison || 0)],
+          ["invalid keys", number(counters.invalid_keys || 0)],
+        ]),
+      ),
+    ];
+    for (const [name, value] of Object.entries(status)) {
+      if (KNOWN_STATUS.has(name) || value === null || typeof value !== "object") continue;
+      cards.push(h("section", { class: "card extra", dataset: { section: name } }, h("h3", {}, visible(name)), generic(value)));
+    }
+    const others = Object.entries(counters).filter(([name]) => !shownCounters.has(name));
+    if (others.length) {
+      cards.push(
+        h(
+          "section",
+          { class: "card wide" },
+          h("details", {}, h("summary", {}, "All counters"), rows(others.map(([n, v]) => [visible(n), generic(v)]))),
+        ),
+      );
+    }
+    replace(this.cards, cards);
+    if (overview) {
+      replace(this.cold, coldStartHistogram(overview.cold_start));
+      replace(this.routed, routedOverTime(overview.routed, overview.time));
+    }
+  }
+
+  visibleGroups() {
+    const { status } = this.app.state;
+    const needle = this.filter.value.toLowerCase();
+    const state = this.stateFilter.value;
+    const entries = Object.entries((status && status.groups) || {}).filter(([key, g]) => {
+      if (needle && !key.toLowerCase().includes(needle)) return false;
+      if (state === "stalled") return g.health === "stalled";
+      return state === "all" || g.state === state;
+    });
+    const column = COLUMNS.find((c) => c.id === this.sort.id) || COLUMNS[0];
+    const dir = this.sort.dir;
+    entries.sort(([ka, ga], [kb, gb]) => {
+      const a = column.value(ka, ga);
+      const b = column.value(kb, gb);
+      if (a === b) return ka < kb ? -1 : ka > kb ? 1 : 0;
+      if (a === null || a === undefined) return 1;
+      if (b === null || b === undefined) return -1;
+      return (a < b ? -1 : 1) * dir;
+    });
+    return entries;
+  }
+
+  renderGroups() {
+    const { status } = this.app.state;
+    if (!status) return;
+    replace(
+      this.thead,
+      h(
+        "tr",
+        {},
+        COLUMNS.map((c) =>
+          h(
+            "th",
+            {
+              class: "sortable" + (this.sort.id === c.id ? (this.sort.dir > 0 ? " asc" : " desc") : ""),
+              dataset: { column: c.id },
+              onclick: () => {
+                this.sort = this.sort.id === c.id ? { id: c.id, dir: -this.sort.dir } : { id: c.id, dir: c.desc ? -1 : 1 };
+                this.renderGroups();
+              },
+            },
+            c.label,
+          ),
+        ),
+        h("th", {}, ""),
+      ),
+    );
+    const all = this.visibleGroups();
+    const total = Object.keys(status.groups || {}).length;
+    const pages = Math.max(1, Math.ceil(all.length / PAGE));
+    this.page = Math.min(this.page, pages - 1);
+    const slice = all.slice(this.page * PAGE, (this.page + 1) * PAGE);
+    this.count.textContent =
+      all.length === total ? `${number(total)} group(s)` : `${number(all.length)} of ${number(total)} group(s)`;
+    const now = status.time;
+    replace(
+      this.tbody,
+      slice.length
+        ? slice.map(([key, g]) => this.row(key, g, now))
+        : h("tr", {}, h("td", { colspan: COLUMNS.length + 1, class: "empty" }, total ? "No group matches." : "No worker group yet: groups start with the first request for their key, or a warm.")),
+    );
+    replace(
+      this.pager,
+      pages > 1
+        ? [
+            h("button", { type: "button", class: "subtle", disabled: this.page === 0, onclick: () => { this.page--; this.renderGroups(); } }, "‹ previous"),
+            h("span", { class: "muted" }, ` ${number(this.page * PAGE + 1)}–${number(Math.min(all.length, (this.page + 1) * PAGE))} of ${number(all.length)} `),
+            h("button", { type: "button", class: "subtle", disabled: this.page >= pages - 1, onclick: () => { this.page++; this.renderGroups(); } }, "next ›"),
+          ]
+        : [],
+    );
+  }
+
+  row(key, g, now) {
+    const standby = this.app.state.status.role !== "leader";
+    return h(
+      "tr",
+      { class: "group state-" + g.state, dataset: { key } },
+      h("td", { class: "key" }, h("a", { href: keyHref(key) }, visible(key))),
+      h("td", {}, stateBadges(g)),
+      h("td", { class: "muted" }, ago(g.since, now)),
+      h("td", {}, workersText(g.workers)),
+      h("td", { class: "num" }, restartsText(g)),
+      h("td", { class: "num" }, number(g.messages_ready)),
+      h("td", { class: "num" }, number(g.messages_unacknowledged)),
+      h("td", { class: "num" }, number(g.consumers)),
+      h("td", { class: "muted" }, ago(g.last_activity, now)),
+      h("td", { class: "num" }, duration(g.cold_start)),
+      h("td", { class: "error-cell", title: g.error ? escapeText(g.error) : null }, g.error ? visible(g.error, { class: "text error" }) : ""),
+      h(
+        "td",
+        { class: "actions" },
+        g.state === "active" || g.state === "unbound"
+          ? armedButton("Stop", "Confirm stop", () => this.app.stop(key), { disabled: standby, class: "action stop" })
+          : null,
+      ),
+    );
+  }
+
+  updatePoison(poison) {
+    if (!this.showPoison) return;
+    replace(this.poisonBody, poisonTable(this.app, poison, true));
+  }
+}
+
+function lag(value) {
+  return value > 0 ? h("span", { class: "lag" }, ` (${value} behind)`) : h("span", { class: "muted" }, " (caught up)");
+}
+
+function counterRows(map, empty) {
+  const entries = Object.entries(map || {}).filter(([, v]) => v);
+  if (!entries.length) return h("p", { class: "muted" }, empty);
+  return rows(entries.sort((a, b) => b[1] - a[1]).map(([name, value]) => [visible(name), number(value)]));
+}
+
+export function poisonTable(app, poison, withKey) {
+  if (!poison) return h("p", { class: "muted" }, "Loading…");
+  if (poison.error) return h("p", { class: "error" }, visible(poison.error));
+  if (!poison.entries.length) return h("p", { class: "muted" }, "No poison entry" + (withKey ? "." : " for this key."));
+  const standby = app.state.status && app.state.status.role !== "leader";
+  return h(
+    "div",
+    {},
+    h(
+      "table",
+      { class: "poison" },
+      h("thead", {}, h("tr", {}, withKey ? h("th", {}, "Key") : null, ["Id", "Reason", "Deaths", "Size", "Correlation id", "Headers", ""].map((c) => h("th", {}, c)))),
+      h(
+        "tbody",
+        {},
+        poison.entries.map((e) =>
+          h(
+            "tr",
+            { dataset: { entry: e.id } },
+            withKey ? h("td", { class: "key" }, visible(e.key)) : null,
+            h("td", { class: "mono" }, visible(e.id)),
+            h("td", {}, visible(e.reason)),
+            h("td", { class: "num" }, number(e.deaths)),
+            h("td", { class: "num" }, number(e.size) + " B"),
+            h("td", { class: "mono" }, visible(e.correlation_id ?? "–")),
+            h("td", {}, h("details", {}, h("summary", {}, Object.keys(e.headers || {}).length + " header(s)"), generic(e.headers))),
+            h(
+              "td",
+              { class: "actions" },
+              armedButton("Replay", "Confirm replay", () => app.poisonAction("replay", e.id), { disabled: standby }),
+              armedButton("Drop", "Confirm drop", () => app.poisonAction("drop", e.id), { disabled: standby, class: "action stop" }),
+            ),
+          ),
+        ),
+      ),
+    ),
+    poison.more ? h("p", { class: "muted" }, `The oldest ${number(poison.read)} entries were read; the queue holds more.`) : null,
+  );
+}
+
+// -- one key --------------------------------------------------------------------------------
+
+const GROUP_FIELDS = [
+  ["queue", (g) => g.queue ?? "absent"],
+  ["running", (g) => (g.running ? "yes" : "no")],
+  ["messages", (g) => number(g.messages)],
+  ["ready", (g) => number(g.messages_ready)],
+  ["unacked", (g) => number(g.messages_unacknowledged)],
+  ["consumers", (g) => number(g.consumers)],
+  ["oldest message", (g) => duration(g.oldest_message_age)],
+  ["restarts", (g) => restartsText(g)],
+  ["cold start", (g) => duration(g.cold_start)],
+  ["health", (g) => g.health ?? "–"],
+];
+const KNOWN_GROUP = new Set([
+  "state",
+  "queue",
+  "running",
+  "error",
+  "last_activity",
+  "workers",
+  "restarts",
+  "messages",
+  "messages_ready",
+  "messages_unacknowledged",
+  "consumers",
+  "oldest_message_age",
+  "health",
+  "since",
+  "cold_start",
+]);
+
+export class KeyView {
+  constructor(app, key) {
+    this.app = app;
+    this.key = key;
+    this.state = h("span", { class: "badges" });
+    this.summary = h("div", { id: "key-summary" });
+    this.workers = h("div", {});
+    this.timeline = h("ol", { class: "timeline", id: "timeline" });
+    this.deadLetters = h("div", { id: "dead-letters" });
+    this.poison = h("div", { id: "key-poison" });
+    this.stopButton = armedButton("Stop", "Confirm stop", () => app.stop(key), { id: "stop-button", class: "action stop" });
+    this.warmButton = actionButton("Warm", () => app.warm(key), { id: "key-warm-button" });
+    this.node = h(
+      "div",
+      { class: "view key" },
+      h("p", {}, h("a", { href: "#/", class: "back" }, "‹ all groups")),
+      h("div", { class: "key-head" }, h("h2", { id: "key-title" }, visible(key)), this.state, h("span", { class: "grow" }), this.warmButton, this.stopButton),
+      h("div", { class: "key-cards" }, card("Group", this.summary), card("Workers", this.workers)),
+      h("section", { class: "panel" }, h("h2", {}, "Timeline"), h("p", { class: "muted" }, "The last events of this key, newest first (kept in the controller's memory)."), this.timeline),
+      h("section", { class: "panel" }, h("h2", {}, "Recent dead letters"), this.deadLetters),
+      h("section", { class: "panel" }, h("h2", {}, "Poison entries"), this.poison),
+    );
+  }
+
+  update() {
+    const { status, timeline } = this.app.state;
+    if (!status) return;
+    const g = (status.groups || {})[this.key];
+    const standby = status.role !== "leader";
+    this.stopButton.disabled = standby || !g || !(g.state === "active" || g.state === "unbound");
+    this.warmButton.disabled = standby;
+    const now = status.time;
+    if (!g) {
+      replace(this.state, badge("no group", "none"));
+      replace(this.summary, h("p", { class: "muted" }, "This key has no group now. Warm it to start one."));
+      replace(this.workers, h("p", { class: "muted" }, "–"));
+    } else {
+      replace(this.state, stateBadges(g), h("span", { class: "muted" }, " since " + ago(g.since, now)));
+      const extra = Object.entries(g).filter(([name]) => !KNOWN_GROUP.has(name));
+      replace(
+        this.summary,
+        rows([
+          ...GROUP_FIELDS.map(([name, read]) => [name, read(g)]),
+          ["last activity", ago(g.last_activity, now)],
+          g.error && ["error", visible(g.error, { class: "text error" })],
+          ...extra.map(([name, value]) => [visible(name), generic(value)]),
+        ]),
+      );
+      replace(this.workers, workersTable(g.workers));
+    }
+    if (timeline && timeline.key === this.key) {
+      const events = [...timeline.events].reverse();
+      replace(
+        this.timeline,
+        events.length
+          ? events.map((e) =>
+              h("li", { class: "event " + e.kind }, h("time", {}, clock(e.time)), h("span", { class: "kind" }, e.kind.replaceAll("_", " ")), visible(e.detail)),
+            )
+          : h("li", { class: "muted" }, "Nothing recorded for this key since this controller started."),
+      );
+      const letters = [...timeline.dead_letters].reverse();
+      replace(
+        this.deadLetters,
+        letters.length
+          ? h(
+              "table",
+              {},
+              h("thead", {}, h("tr", {}, ["Time", "Reason", "Correlation id", "Deaths", "Answered"].map((c) => h("th", {}, c)))),
+              h(
+                "tbody",
+                {},
+                letters.map((d) =>
+                  h("tr", {}, h("td", {}, clock(d.time)), h("td", {}, badge(d.reason, "reason")), h("td", { class: "mono" }, visible(d.correlation_id ?? "–")), h("td", { class: "num" }, number(d.deaths)), h("td", {}, d.answered ? "yes" : "no (no reply_to)")),
+                ),
+              ),
+            )
+          : h("p", { class: "muted" }, "No request of this key died lately."),
+      );
+    }
+  }
+
+  updatePoison(poison) {
+    replace(this.poison, poisonTable(this.app, poison, false));
+  }
+}

@@ -1,0 +1,64 @@
+"""The wire protocol, in one place: what every other part of osrdyne depends on.
+
+Names of a pool's broker objects (request-queue names in an encoding every AMQP client
+accepts), header names and how to read their values, response statuses and activity events,
+the one shape of error bodies, the worker environment, delivery of answers, dead-letter
+headers, and opening connections. The controller, the client, the worker SDK and the drivers
+all take these from here, so they cannot drift apart. See docs/protocol.md.
+"""
+
+from osrdyne.wire import _pamqp
+from osrdyne.wire._connections import DEFAULT_URL, connect, connect_robust
+from osrdyne.wire._deaths import Death
+from osrdyne.wire._delivery import DIRECT_REPLY_TO, reply_delivery_mode
+from osrdyne.wire._environment import WorkerEnv, worker_environment
+from osrdyne.wire._errors import ERROR_FIELDS, error_body, error_document
+from osrdyne.wire._headers import (
+    MAX_RPC_PATH_BYTES,
+    TRACE_HEADERS,
+    Header,
+    encodable,
+    request_problem,
+    trace_headers,
+)
+from osrdyne.wire._names import (
+    KEY_ARGUMENT,
+    MAX_KEY_BYTES,
+    MAX_QUEUE_NAME_BYTES,
+    PoolNames,
+    key_problem,
+)
+from osrdyne.wire._pamqp import any_queue_name
+from osrdyne.wire._statuses import Event, Status
+from osrdyne.wire._text import text
+
+_pamqp.apply()
+
+__all__ = [
+    "DEFAULT_URL",
+    "DIRECT_REPLY_TO",
+    "Death",
+    "ERROR_FIELDS",
+    "Event",
+    "Header",
+    "KEY_ARGUMENT",
+    "MAX_KEY_BYTES",
+    "MAX_QUEUE_NAME_BYTES",
+    "MAX_RPC_PATH_BYTES",
+    "PoolNames",
+    "Status",
+    "TRACE_HEADERS",
+    "WorkerEnv",
+    "any_queue_name",
+    "connect",
+    "connect_robust",
+    "encodable",
+    "error_body",
+    "error_document",
+    "key_problem",
+    "reply_delivery_mode",
+    "request_problem",
+    "text",
+    "trace_headers",
+    "worker_environment",
+]

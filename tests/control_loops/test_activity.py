@@ -1,0 +1,116 @@
+"""The activity processor without a broker: reports folded into tracker updates, on a fake
+clock. The deliveries are plain stand-ins for what it reads of an AMQP message (routing key,
+headers, ack); the broker path is covered by tests/dispatch and tests/faults."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from osrdyne.controller._activity import ActivityProcessor
+from osrdyne.controller._tracker import GroupStatus, PoolStateTracker
+from osrdyne.ops.metrics import ColdStartClock, ControllerMetrics
+from osrdyne.wire import PoolNames
+from tests.control_loops.conftest import Clock
+
+
+@dataclasses.dataclass
+class Delivery:
+    routing_key: str
+    headers: dict[str, Any]
+    acked: bool = False
+
+    async def ack(self) -> None:
+        self.acked = True
+
+
+def report(key: str, event: str | bytes = "request-received") -> Delivery:
+    return Delivery(key, {"x-event": event, "x-worker-id": b"w-1"})
+
+
+@pytest.fixture
+def tracker(clock: Clock) -> PoolStateTracker:
+    return PoolStateTracker(unbind_delay=10, stop_delay=5, clock=clock)
+
+
+@pytest.fixture
+def metrics() -> ControllerMetrics:
+    return ControllerMetrics()
+
+
+@pytest.fixture
+def processor(
+    tracker: PoolStateTracker, metrics: ControllerMetrics, clock: Clock
+) -> ActivityProcessor:
+    return ActivityProcessor(
+        None,  # type: ignore[arg-type]  # the channel is only used to consume
+        names=PoolNames("p"),
+        tracker=tracker,
+        metrics=metrics,
+        cold_starts=ColdStartClock(metrics.cold_start_seconds),
+        fold=1.0,
+        clock=clock,
+    )
+
+
+def counted(metrics: ControllerMetrics, name: str, **labels: str) -> float:
+    return metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+async def test_a_report_keeps_its_group_active(
+    processor: ActivityProcessor, tracker: PoolStateTracker, clock: Clock
+) -> None:
+    tracker.require("k")
+    clock.advance(8)
+    delivery = report("k")
+    await processor.handle(delivery)  # type: ignore[arg-type]
+    assert delivery.acked
+    clock.advance(8)  # 16 s after the require, 8 after the report: still within unbind_delay
+    tracker.advance()
+    assert tracker.state.value.groups == {"k": GroupStatus.ACTIVE}
+    clock.advance(4)  # past the report's unbind_delay + its fold window
+    tracker.advance()
+    assert tracker.state.value.groups == {"k": GroupStatus.UNBOUND}
+
+
+async def test_reports_closer_than_the_fold_become_one_update(
+    processor: ActivityProcessor,
+    tracker: PoolStateTracker,
+    metrics: ControllerMetrics,
+    clock: Clock,
+) -> None:
+    tracker.require("k")
+    version = tracker.state.version
+    for _ in range(5):
+        await processor.handle(report("k", b"request-received"))  # type: ignore[arg-type]
+        clock.advance(0.1)
+    assert counted(metrics, "osrdyne_activity_folded_total") == 4
+    assert counted(metrics, "osrdyne_activity_events_total", event="request-received") == 5
+    assert tracker.state.version == version  # an active group's deadline moves silently
+
+
+@pytest.mark.parametrize(
+    "delivery",
+    [
+        report("k", "exploded"),
+        report("k", b"\xff"),
+        Delivery("k", {}),
+        report(""),
+        report("bell\x07"),
+    ],
+    ids=["unknown event", "event not UTF-8", "no event", "empty key", "control character"],
+)
+async def test_malformed_reports_are_acked_counted_and_change_nothing(
+    processor: ActivityProcessor,
+    tracker: PoolStateTracker,
+    metrics: ControllerMetrics,
+    delivery: Delivery,
+) -> None:
+    tracker.require("k")
+    version = tracker.state.version
+    await processor.handle(delivery)  # type: ignore[arg-type]
+    assert delivery.acked
+    assert counted(metrics, "osrdyne_activity_malformed_total") == 1
+    assert tracker.state.version == version and processor.last_seen == {}
