@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# Make sure a RabbitMQ broker with the management plugin answers, and print where it is.
+# Make sure a RabbitMQ broker with the management plugin answers, with an open-files limit fit
+# for many quorum queues, and print where it is.
 #
 # With RABBITMQ_URL set, that broker is used as it is (its management API is expected at
-# RABBITMQ_MANAGEMENT_URL, default http://<host>:15672). Otherwise a local broker on
-# 127.0.0.1:5672: installed with apt-get where missing, started when stopped, and its
-# management plugin enabled. Idempotent; used by the demo, the tests and CI alike.
+# RABBITMQ_MANAGEMENT_URL, default http://<host>:15672). Otherwise the local node on
+# 127.0.0.1:5672: installed with apt-get where missing, started when stopped, restarted when it
+# no longer answers (a wedged node: port closed or management API silent), its management
+# plugin enabled, and (re)started with the open-files limit RabbitMQ's production checklist
+# asks for (RABBITMQ_NOFILE, default 65536, or the highest the machine allows). A node running
+# with a lower limit is restarted to raise it unless OSRDYNE_KEEP_BROKER=1; every decision is
+# said on stderr. Idempotent; used by the demo, the tests and CI alike.
 set -euo pipefail
 
 log() { echo "ensure_broker: $*" >&2; }
@@ -17,8 +22,22 @@ wait_for() {  # wait_for SECONDS DESCRIPTION COMMAND...
   log "timed out waiting for $what"; return 1
 }
 
-management_answers() {
-  curl -fsS -u guest:guest -o /dev/null "http://127.0.0.1:15672/api/overview" 2>/dev/null
+api() {  # api PATH: GET the local management API, bounded in time
+  curl -fsS -m 10 -u guest:guest "http://127.0.0.1:15672/api/$1" 2>/dev/null
+}
+
+management_answers() { api overview >/dev/null; }
+
+node_fd_total() {  # the open-files limit the running node works with (its first report can take seconds)
+  local fds
+  for _ in $(seq 1 30); do
+    fds=$(api nodes | python3 -c '
+import json, sys
+totals = [n.get("fd_total") for n in json.load(sys.stdin)]
+print(min(totals) if totals and all(isinstance(t, int) for t in totals) else "")' 2>/dev/null || true)
+    if [[ -n $fds ]]; then echo "$fds"; return 0; fi
+    sleep 1
+  done
 }
 
 if [[ -n "${RABBITMQ_URL:-}" ]]; then
@@ -26,27 +45,94 @@ if [[ -n "${RABBITMQ_URL:-}" ]]; then
   exit 0
 fi
 
+want=${RABBITMQ_NOFILE:-65536}
+hard=$(ulimit -Hn)
+if [[ $hard != unlimited ]] && (( hard < want )); then
+  log "the machine allows at most $hard open files (RabbitMQ's production checklist asks for" \
+    "at least 50000): starting RabbitMQ with $hard; expect it to hold fewer quorum queues"
+  want=$hard
+fi
+
+show_log() {
+  local file
+  for file in /var/log/rabbitmq/*.log; do
+    [[ -f $file ]] || continue
+    log "last lines of $file:"; tail -n 20 "$file" >&2
+  done
+}
+
+stop_node() {
+  log "stopping the local RabbitMQ node"
+  timeout 60 rabbitmqctl stop >/dev/null 2>&1 || true
+  # A wedged node ignores rabbitmqctl: end it by its pid file, then anything left of it.
+  local pidfile pid
+  for pidfile in /var/lib/rabbitmq/mnesia/*.pid; do
+    [[ -f $pidfile ]] || continue
+    pid=$(cat "$pidfile")
+    if kill -0 "$pid" 2>/dev/null; then
+      log "the node did not stop: killing pid $pid"
+      kill -9 "$pid" 2>/dev/null || true
+    fi
+  done
+  wait_for 30 "the AMQP port to close" bash -c '! (exec 3<>/dev/tcp/127.0.0.1/5672) 2>/dev/null'
+}
+
+start_node() {
+  log "starting rabbitmq-server with an open-files limit of $want"
+  # Debian's wrapper starts the node through `su rabbitmq`, whose pam_limits resets the limit
+  # to limits.conf's: say it there too.
+  if [[ -d /etc/security/limits.d && -w /etc/security/limits.d ]]; then
+    printf 'rabbitmq soft nofile %s\nrabbitmq hard nofile %s\n' "$want" "$want" \
+      >/etc/security/limits.d/osrdyne-rabbitmq.conf
+  fi
+  (ulimit -n "$want" && rabbitmq-server -detached) || true
+  if ! wait_for 180 "RabbitMQ on 127.0.0.1:5672" port_open 127.0.0.1 5672; then
+    show_log; return 1
+  fi
+  timeout 180 rabbitmqctl await_startup >/dev/null 2>&1 || true
+}
+
+enable_management() {
+  if management_answers; then return 0; fi
+  log "enabling rabbitmq_management"
+  timeout 120 rabbitmq-plugins enable rabbitmq_management >/dev/null || true
+  wait_for 90 "the management API on 127.0.0.1:15672" management_answers
+}
+
 if ! command -v curl >/dev/null; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl >/dev/null
 fi
+if ! command -v rabbitmq-server >/dev/null; then
+  log "installing rabbitmq-server"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rabbitmq-server >/dev/null
+fi
 
 if ! port_open 127.0.0.1 5672; then
-  if ! command -v rabbitmq-server >/dev/null; then
-    log "installing rabbitmq-server"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rabbitmq-server >/dev/null
+  if pgrep -x beam.smp >/dev/null && [[ -n $(ls /var/lib/rabbitmq/mnesia/*.pid 2>/dev/null) ]]; then
+    log "RabbitMQ runs but does not accept connections on 5672: restarting it"
+    stop_node
   fi
-  if ! port_open 127.0.0.1 5672; then
-    log "starting rabbitmq-server"
-    rabbitmq-server -detached || true
-    wait_for 90 "RabbitMQ on 127.0.0.1:5672" port_open 127.0.0.1 5672
-    rabbitmqctl await_startup >/dev/null 2>&1 || true
-  fi
+  start_node
+fi
+if ! enable_management; then
+  log "RabbitMQ's management API does not answer: restarting the node"
+  stop_node
+  start_node
+  enable_management || { show_log; exit 1; }
 fi
 
-if ! management_answers; then
-  log "enabling rabbitmq_management"
-  rabbitmq-plugins enable rabbitmq_management >/dev/null
-  wait_for 60 "the management API on 127.0.0.1:15672" management_answers
+fds=$(node_fd_total)
+if [[ -n $fds ]] && (( fds < want )); then
+  if [[ ${OSRDYNE_KEEP_BROKER:-0} == 1 ]]; then
+    log "RabbitMQ runs with an open-files limit of $fds (wanted $want); OSRDYNE_KEEP_BROKER=1:" \
+      "leaving it so, it may wedge after a few hundred quorum queues"
+  else
+    log "RabbitMQ runs with an open-files limit of $fds: restarting it with $want"
+    stop_node
+    start_node
+    enable_management || { show_log; exit 1; }
+    fds=$(node_fd_total)
+  fi
 fi
-log "RabbitMQ and its management API answer on 127.0.0.1"
+log "RabbitMQ and its management API answer on 127.0.0.1 (open-files limit ${fds:-unknown})"
