@@ -6,8 +6,9 @@ never left to time out; keys that have a group are admitted before any check run
 
 What counts against the caps is every group the pool has: the tracker's expected groups
 (those being started included: a group counts from the moment it is required, so a burst
-cannot overshoot) and the groups the driver still runs after they left the expected state
-(being stopped). When one of those stops, its place is free again.
+cannot overshoot), and the groups that left the expected state but whose workers still run or
+whose queue is not deleted yet (being stopped: a queue found to still hold requests brings
+its group back). When one of those has stopped, its place is free again.
 
 The broker's limits are read periodically (`_broker_limits`); between two readings every
 group admitted since counts as a new queue at `broker.fds_per_queue` file descriptors and

@@ -126,9 +126,12 @@ async def build(
     cold_starts = ColdStartClock(metrics.cold_start_seconds)
 
     def groups() -> int:
-        """The groups counted against the caps: expected ones, and those being stopped."""
+        """The groups counted against the caps: expected ones, and those still being stopped
+        (the driver still runs them, or their queue is not deleted yet: a queue that turns out
+        to hold requests brings its group back)."""
         expected = tracker.state.value.groups
-        return len(expected) + sum(1 for key in group_loop.running if key not in expected)
+        stopping = group_loop.running.union(queue_loop.reached.value.actual)
+        return len(expected) + sum(1 for key in stopping if key not in expected)
 
     broker_limits = BrokerLimits(
         api, interval=s.broker.check_interval, timeout=s.broker.check_timeout, groups=groups
