@@ -204,7 +204,7 @@ class Controller:
             # The broker dropped us if the connection closed before we closed it; said only
             # when nothing else ended the session (else that is the cause to report).
             dropped = lost.is_set()
-            await _close(connection, timeout=min(5.0, s.amqp.stop_grace / 2))
+            await _close(connection, timeout=min(5.0, s.amqp.stop_grace / 4))
         if dropped and not self._stopping.is_set():
             raise ConnectionError("connection to the broker lost")
 
@@ -247,11 +247,16 @@ class Controller:
             if died.is_set() and not self._stopping.is_set():
                 raise ComponentDied("a controller component died; starting a new session")
         finally:
-            grace = s.amqp.stop_grace / 2 if self._stopping.is_set() else 0.5
-            await asyncio.gather(*(c.stop(grace) for c in session.consumers))
-            await _aiotasks.stop_all(tasks)
-            self._became_leader.clear()
-            self.session = None
+            # Within the stop grace: a quarter for in-flight messages (each consumer's stop
+            # takes at most twice that), the loops cancelled at once, then the connection's
+            # close (`_session`). The loops are cancelled even if this is interrupted.
+            grace = s.amqp.stop_grace / 4 if self._stopping.is_set() else 0.5
+            try:
+                await asyncio.gather(*(c.stop(grace) for c in session.consumers))
+            finally:
+                self._became_leader.clear()
+                self.session = None
+                await _aiotasks.stop_all(tasks)
 
     async def _watch_gauges(self, fast_path: FastPathEstimate) -> None:
         ticks = 0
@@ -459,14 +464,15 @@ def _make_driver(settings: Settings) -> Driver:
 
 
 async def _cancel(task: asyncio.Task[Any]) -> None:
-    """Cancel `task` until it ends: each cancellation interrupts one await of its clean-up
-    (a close waiting on a broker that stopped answering), and there are few of them."""
-    for _ in range(20):
+    """Cancel `task` and wait for it to end; again if its clean-up waits on something that
+    does not answer (each cancellation interrupts one await; clean-ups are bounded anyway)."""
+    for _ in range(3):
         if task.done():
             return
         task.cancel()
-        await asyncio.wait({task}, timeout=0.5)
-    logger.error("%s did not end after 20 cancellations: left behind", task.get_name())
+        await asyncio.wait({task}, timeout=5.0)
+    if not task.done():
+        logger.error("%s did not end after 3 cancellations: left behind", task.get_name())
 
 
 async def _close(connection: aio_pika.abc.AbstractConnection, *, timeout: float) -> None:
