@@ -57,11 +57,7 @@ if str(REPO) not in sys.path:
 import aio_pika  # noqa: E402
 import httpx  # noqa: E402
 
-from osrdyne.controller import (  # noqa: E402
-    Controller,
-    Settings,
-    _reconcile,  # noqa: E402
-)
+from osrdyne.controller import Controller, Settings, _reconcile, _topology  # noqa: E402
 from osrdyne.controller._admission import Admission  # noqa: E402
 from osrdyne.controller._settings import BrokerLimitSettings  # noqa: E402
 from osrdyne.controller._tracker import GroupStatus, PoolStateTracker  # noqa: E402
