@@ -118,6 +118,12 @@ class ControllerMetrics:
             ["reason"],
             registry=r,
         )
+        self.queue_op_concurrency = Gauge(
+            "osrdyne_queue_op_concurrency",
+            "Request-queue operations (declare, bind, unbind, delete) the queue loop runs at "
+            "once now: raised while the broker keeps up, halved when it does not.",
+            registry=r,
+        )
         self.admission_limit = Gauge(
             "osrdyne_admission_limit",
             "Most groups at once, by limit (`max_groups`, `driver_capacity`; absent: none), "
