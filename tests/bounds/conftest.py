@@ -10,11 +10,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 
 from tests import broker
+from tests.console.conftest import serve
 from tests.control_loops.conftest import clock
 from tests.faults.conftest import start_controller_process
 from tests.tcp_proxy import TcpProxy
 
-__all__ = ["clock", "make_proxy", "start_controller_process"]
+__all__ = ["clock", "make_proxy", "serve", "start_controller_process"]
 
 
 @pytest.fixture

@@ -9,6 +9,8 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import httpx
+
 from osrdyne import Client, Status
 from tests.conftest import Running
 from tests.waiting import eventually
@@ -93,3 +95,21 @@ async def test_broker_limits_show_in_status_and_refuse_before_the_headroom(
     assert await tight.controller.driver.list() == set()
     refusals = tight.controller.metrics.admission_refusals.labels("broker_fd")._value.get()
     assert refusals == 1
+
+
+async def test_an_operators_warm_beyond_the_cap_is_answered_503_with_the_reason(
+    make_controller: MakeController, serve: Any, pool: str
+) -> None:
+    running = await make_controller(pool, groups={"max_groups": 1}, driver={"kind": "noop"})
+    base = await serve(running)
+    headers = {"X-Osrdyne-Action": "test"}
+    async with httpx.AsyncClient(base_url=base, timeout=60) as api:
+        first = await api.post("/actions/warm", json={"key": "one"}, headers=headers)
+        assert first.status_code == 200, first.text
+        again = await api.post("/actions/warm", json={"key": "one"}, headers=headers)
+        assert again.status_code == 200  # a key with a group is always admitted
+        refused = await api.post("/actions/warm", json={"key": "two"}, headers=headers)
+    assert refused.status_code == 503
+    body = refused.json()
+    assert (body["status"], body["reason"]) == ("overloaded", "max_groups")
+    assert set(running.controller.leading().tracker.state.value.groups) == {"one"}
