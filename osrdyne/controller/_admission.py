@@ -13,7 +13,10 @@ its group back). When one of those has stopped, its place is free again.
 The broker's limits are read periodically (`_broker_limits`); between two readings every
 group admitted since counts as a new queue at `broker.fds_per_queue` file descriptors and
 `broker.processes_per_queue` Erlang processes, so a burst is stopped by the estimate before
-the next reading shows it. `broker_refusal` is pure, tested without a broker.
+the next reading shows it. File descriptors are also counted for every queue the broker
+holds (the more of the two): quorum queues open their files lazily, so the broker's current
+use understates what it needs after a restart. `broker_refusal` is pure, tested without a
+broker.
 """
 
 from __future__ import annotations
@@ -36,9 +39,16 @@ def _overloaded(reason: str, error: str, **details: object) -> Refusal:
 def _resources(
     figures: BrokerFigures, limits: BrokerLimitSettings
 ) -> list[tuple[str, str, int, int, int, float]]:
-    """(reason, what, used, total, headroom, per queue) of each resource the broker reports."""
+    """(reason, what, used, total, headroom, per queue) of each resource the broker reports.
+
+    File descriptors count as the more of what the broker uses now and what its queues would
+    take all open: a quorum queue opens its log segments when it writes or recovers them, so
+    a broker whose queues hold few fds now may run out when it restarts with them all."""
+    fd_used = figures.fd_used
+    if fd_used is not None and figures.queues is not None:
+        fd_used = max(fd_used, math.ceil(figures.queues * limits.fds_per_queue))
     every = (
-        ("broker_fd", "file descriptors", figures.fd_used, figures.fd_total, limits.fd_headroom,
+        ("broker_fd", "file descriptors", fd_used, figures.fd_total, limits.fd_headroom,
          limits.fds_per_queue),
         ("broker_processes", "Erlang processes", figures.proc_used, figures.proc_total,
          limits.process_headroom, limits.processes_per_queue),

@@ -119,3 +119,16 @@ def test_driver_capacity(clock: Clock) -> None:
     refusal = admission.driver_capacity("b")
     assert refusal is not None and refusal.reason == "driver_capacity"
     assert admission.report().refusing == "driver_capacity"
+
+
+def test_queues_count_their_file_descriptors_even_before_they_open_them() -> None:
+    # 300 queues at 2 fds each: 600, though the broker reports only 120 fds in use now.
+    f = figures_of(
+        [{"fd_used": 120, "fd_total": 1024, "proc_used": 1, "proc_total": 10**6}],
+        {"object_totals": {"queues": 300}},
+        at=0.0,
+    )
+    assert broker_room(f, LIMITS, 0) == (1024 - 100 - 600) // 2 == 162
+    refusal = broker_refusal(f, LIMITS, 162)
+    assert refusal is not None and refusal.reason == "broker_fd"
+    assert broker_refusal(f, LIMITS, 161) is None
