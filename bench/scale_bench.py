@@ -21,10 +21,12 @@ confirms. Measured:
 
 Then, without a broker, a pool of 10,000 tracked groups in memory: one control-loop pass of
 each loop's plan (`plan_queues`, `plan_groups`), the tracker's `advance`, an admission check,
-and the RSS they add. Last, `--guard` starts a second private node at RabbitMQ's default
-open-files limit of 1024 and sends a burst of quorum keys past what it can hold: the
-controller answers `overloaded` before the broker runs out, and the node still completes
-handshakes afterwards (issue 10: without the check it wedged at about 440 quorum queues).
+a burst of 1000 new keys through admission and the tracker, and the memory they hold.
+
+Last, `--guard` starts a second private node at RabbitMQ's default open-files limit of 1024
+and sends a burst of quorum keys past what it can hold: the controller answers `overloaded`
+before the broker runs out, and the node still completes handshakes afterwards (issue 10:
+without the check it wedged at about 440 quorum queues).
 
 Growth is printed as ratios between consecutive N (1.0 = constant per key). Results go into
 docs/benchmarks.md. From the repository root:
@@ -58,7 +60,7 @@ import aio_pika  # noqa: E402
 import httpx  # noqa: E402
 
 from osrdyne.controller import Controller, Settings, _reconcile, _topology  # noqa: E402
-from osrdyne.controller._admission import Admission  # noqa: E402
+from osrdyne.controller._admission import Admission, GroupCount  # noqa: E402
 from osrdyne.controller._settings import BrokerLimitSettings  # noqa: E402
 from osrdyne.controller._tracker import GroupStatus, PoolStateTracker  # noqa: E402
 from osrdyne.wire import PoolNames  # noqa: E402
@@ -273,13 +275,24 @@ def tracked_in_memory(n: int) -> dict[str, Any]:
             times.append(time.perf_counter() - t)
         return 1000 * statistics.median(times)
 
-    admission = Admission(
-        max_groups=None,
-        capacity=lambda: None,
-        groups=lambda: len(expected) + sum(1 for k in running | actual.keys() if k not in expected),
-        broker=None,
-        limits=BrokerLimitSettings(),
+    count = GroupCount(
+        expected=lambda: tracker.state.value.groups,
+        running=lambda: running,
+        actual=lambda: actual,
+        removals=lambda: tracker.removals,
     )
+    admission = Admission(
+        max_groups=None, capacity=lambda: None, groups=count, broker=None,
+        limits=BrokerLimitSettings(),
+    )  # fmt: skip
+
+    def burst_of_new_keys(keys: int = 1000) -> None:
+        """What a burst costs the controller per new key: admit, then require."""
+        for i in range(keys):
+            key = f"new{i:05d}"
+            if admission.group_cap(key) is None:
+                tracker.require(key)
+
     return {
         "n": n,
         "tracker_mb": held / 2**20,
@@ -288,6 +301,7 @@ def tracked_in_memory(n: int) -> dict[str, Any]:
         "advance_ms": timed(tracker.advance),
         "admit_new_key_ms": timed(lambda: admission.group_cap("new")),
         "require_ms": timed(lambda: tracker.require(f"k{n // 2:05d}")),
+        "burst_1000_new_keys_ms": timed(burst_of_new_keys, repeat=1),
     }
 
 
@@ -319,8 +333,12 @@ async def guard(burst: int) -> dict[str, Any]:
             await asyncio.sleep(6)
             after = await node.figures()
             # Does the node still complete handshakes?
-            connection = await aio_pika.connect(amqp, timeout=10)
-            await connection.close()
+            try:
+                connection = await aio_pika.connect(amqp, timeout=20)
+                await connection.close()
+                handshake = "ok"
+            except (TimeoutError, OSError, aio_pika.exceptions.AMQPError) as exc:
+                handshake = f"failed: {type(exc).__name__}"
             doc = controller.status()
         finally:
             controller.stop()
@@ -333,7 +351,8 @@ async def guard(burst: int) -> dict[str, Any]:
             "fd_before": before["fd_used"],
             "fd_after": after["fd_used"],
             "fd_total": after["fd_total"],
-            "handshake_after": "ok",
+            "handshake_after": handshake,
+            "fds_per_queue": controller.settings.broker.fds_per_queue,
             "refusing": doc.admission.refusing if doc.admission else None,
         }
     finally:
@@ -351,15 +370,29 @@ def growth(rows: list[dict[str, Any]], field: str) -> str:
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1000, 5000])
-    parser.add_argument("--types", nargs="+", default=["quorum", "classic"])
-    parser.add_argument("--tracked", type=int, default=10_000)
+    parser.add_argument("--sizes", type=int, nargs="*", default=[100, 1000, 5000])
+    parser.add_argument("--types", nargs="*", default=["quorum", "classic"])
+    parser.add_argument("--tracked", type=int, default=10_000, help="(0: skip)")
     parser.add_argument("--guard", type=int, default=600, help="guard burst (0: skip)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("osrdyne.controller._orphans").setLevel(logging.ERROR)  # one per refusal
     results: dict[str, Any] = {"sizes": [], "tracked": None, "guard": None}
 
+    if args.sizes and args.types:
+        await sizes(args, results)
+    if args.tracked:
+        results["tracked"] = tracked_in_memory(args.tracked)
+        print("tracked in memory:", json.dumps(results["tracked"]), flush=True)
+    if args.guard:
+        results["guard"] = await guard(args.guard)
+        print("guard (1024 open files):", json.dumps(results["guard"]), flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+
+
+async def sizes(args: argparse.Namespace, results: dict[str, Any]) -> None:
     set_open_files(65536)
     node = Node(await asyncio.to_thread(RabbitNode.start_new))
     try:
@@ -377,14 +410,6 @@ async def main() -> None:
     finally:
         await node.http.aclose()
         await asyncio.to_thread(node.node.close)
-
-    results["tracked"] = tracked_in_memory(args.tracked)
-    print("tracked in memory:", json.dumps(results["tracked"]), flush=True)
-    if args.guard:
-        results["guard"] = await guard(args.guard)
-        print("guard (1024 open files):", json.dumps(results["guard"]), flush=True)
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=1))
 
 
 if __name__ == "__main__":

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import collections
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from collections.abc import Set as AbstractSet
 
 from osrdyne import wire
 from osrdyne.controller._broker_limits import BrokerFigures, BrokerLimits
@@ -106,6 +107,40 @@ def broker_refusal(
                 new_queues=new_queues,
             )
     return None
+
+
+class GroupCount:
+    """The groups counted against the caps: the expected ones, and those that left the
+    expected state but whose workers still run or whose queue still exists (being stopped).
+
+    Called for every new key: during a burst of thousands, a count that walked every group
+    each time would cost O(n) per key. The keys being stopped are computed once per change of
+    what the loops last saw (a new `running` set or `actual` mapping: once per pass) or of a
+    removal from the expected state; between those, the expected state only gains keys, so the
+    cached few can only leave the count."""
+
+    def __init__(
+        self,
+        *,
+        expected: Callable[[], Mapping[str, object]],
+        running: Callable[[], AbstractSet[str]],
+        actual: Callable[[], Mapping[str, object]],
+        removals: Callable[[], int],
+    ) -> None:
+        self._expected = expected
+        self._running = running
+        self._actual = actual
+        self._removals = removals
+        self._seen: tuple[object, object, int] | None = None
+        self._stopping: frozenset[str] = frozenset()
+
+    def __call__(self) -> int:
+        expected, running, actual = self._expected(), self._running(), self._actual()
+        removals, last = self._removals(), self._seen
+        if last is None or last[0] is not running or last[1] is not actual or last[2] != removals:
+            self._stopping = frozenset((running | actual.keys()) - expected.keys())
+            self._seen = (running, actual, removals)
+        return len(expected) + sum(1 for key in self._stopping if key not in expected)
 
 
 class Admission:

@@ -22,7 +22,7 @@ import aio_pika.abc
 from drivers.base import Capacity, Driver
 from osrdyne.controller import _topology
 from osrdyne.controller._activity import ActivityProcessor
-from osrdyne.controller._admission import Admission
+from osrdyne.controller._admission import Admission, GroupCount
 from osrdyne.controller._broker_limits import BrokerLimits
 from osrdyne.controller._consumer import QueueConsumer
 from osrdyne.controller._dead_letters import DeadLetterResponder
@@ -125,14 +125,12 @@ async def build(
     )
     cold_starts = ColdStartClock(metrics.cold_start_seconds)
 
-    def groups() -> int:
-        """The groups counted against the caps: expected ones, and those still being stopped
-        (the driver still runs them, or their queue is not deleted yet: a queue that turns out
-        to hold requests brings its group back)."""
-        expected = tracker.state.value.groups
-        stopping = group_loop.running.union(queue_loop.reached.value.actual)
-        return len(expected) + sum(1 for key in stopping if key not in expected)
-
+    groups = GroupCount(
+        expected=lambda: tracker.state.value.groups,
+        running=lambda: group_loop.running,
+        actual=lambda: queue_loop.reached.value.actual,
+        removals=lambda: tracker.removals,
+    )
     broker_limits = BrokerLimits(
         api, interval=s.broker.check_interval, timeout=s.broker.check_timeout, groups=groups
     )

@@ -72,9 +72,15 @@ class PoolStateTracker:
         self._history = history
         now = clock()
         self._groups = {key: _Deadlines(GroupStatus.ACTIVE, now + unbind_delay) for key in initial}
+        #: Each group's status, kept with `_groups`: a snapshot is a copy of it (a C-speed
+        #: dict copy: a burst of thousands of new keys publishes thousands of snapshots).
+        self._statuses = {key: g.status for key, g in self._groups.items()}
         for key in self._groups:
             self._note(key, EventKind.ADOPTED, "request queue found at the start of the session")
         self._generation = 1
+        #: Groups that left the expected state so far (caches of what depends on the
+        #: expected keys know nothing was removed while this stays the same).
+        self.removals = 0
         self.state: Watch[PoolState] = Watch(self._snapshot())
         self._wake = asyncio.Event()
 
@@ -101,6 +107,7 @@ class PoolStateTracker:
             logger.info("worker group %r active again", key)
             self._note(key, EventKind.ACTIVE_AGAIN, f"bound again, for {cause}")
         self._groups[key] = _Deadlines(GroupStatus.ACTIVE, until)
+        self._statuses[key] = GroupStatus.ACTIVE
         self._publish()
         self._wake.set()
         return self._generation
@@ -125,6 +132,7 @@ class PoolStateTracker:
             stop_at,
             stop_at - drain,
         )
+        self._statuses[key] = GroupStatus.UNBOUND
         logger.info("worker group %r stopped by an operator: unbind", key)
         self._note(key, EventKind.UNBOUND, f"stopped by an operator: stops in {drain:.0f}s")
         self._publish()
@@ -138,12 +146,15 @@ class PoolStateTracker:
         for key, group in list(self._groups.items()):
             if group.status is GroupStatus.ACTIVE and group.active_until <= now:
                 group.status, group.stop_at = GroupStatus.UNBOUND, now + self.stop_delay
+                self._statuses[key] = GroupStatus.UNBOUND
                 group.unbound_at = now
                 logger.info("worker group %r idle for %.0fs: unbind", key, self.unbind_delay)
                 self._note(key, EventKind.UNBOUND, f"idle for {self.unbind_delay:.0f}s")
                 changed = True
             if group.status is GroupStatus.UNBOUND and group.stop_at <= now:
                 del self._groups[key]
+                del self._statuses[key]
+                self.removals += 1
                 logger.info("worker group %r unbound for %.0fs: stop", key, now - group.unbound_at)
                 self._note(key, EventKind.STOPPED, "unbound long enough: workers stopped")
                 changed = True
@@ -178,5 +189,4 @@ class PoolStateTracker:
         self.state.set(self._snapshot())
 
     def _snapshot(self) -> PoolState:
-        groups = {key: g.status for key, g in sorted(self._groups.items())}
-        return PoolState(self._generation, types.MappingProxyType(groups))
+        return PoolState(self._generation, types.MappingProxyType(self._statuses.copy()))

@@ -5,7 +5,7 @@ the group cap counting every group the pool has (those being started included)."
 from __future__ import annotations
 
 from osrdyne import wire
-from osrdyne.controller._admission import Admission, broker_refusal, broker_room
+from osrdyne.controller._admission import Admission, GroupCount, broker_refusal, broker_room
 from osrdyne.controller._broker_limits import BrokerFigures, figures_of
 from osrdyne.controller._gate import Gate
 from osrdyne.controller._settings import BrokerLimitSettings
@@ -132,3 +132,29 @@ def test_queues_count_their_file_descriptors_even_before_they_open_them() -> Non
     refusal = broker_refusal(f, LIMITS, 162)
     assert refusal is not None and refusal.reason == "broker_fd"
     assert broker_refusal(f, LIMITS, 161) is None
+
+
+def test_the_group_count_follows_removals_and_new_passes(clock: Clock) -> None:
+    tracker = PoolStateTracker(unbind_delay=10, stop_delay=5, clock=clock)
+    seen: dict[str, object] = {"running": frozenset[str](), "actual": {}}
+    count = GroupCount(
+        expected=lambda: tracker.state.value.groups,
+        running=lambda: seen["running"],  # type: ignore[arg-type,return-value]
+        actual=lambda: seen["actual"],  # type: ignore[arg-type,return-value]
+        removals=lambda: tracker.removals,
+    )
+    for key in "abc":
+        tracker.require(key)
+    assert count() == 3
+    seen["running"], seen["actual"] = frozenset("abc"), dict.fromkeys("abc")  # a pass saw them
+    assert count() == 3
+    tracker.stop("a", drain=0)
+    clock.advance(1)
+    tracker.advance()  # "a" left the expected state: its workers and queue still exist
+    assert "a" not in tracker.state.value.groups and count() == 3
+    tracker.require("d")  # a new key while "a" is being stopped
+    assert count() == 4
+    tracker.require("a")  # back before it was gone: counted once
+    assert count() == 4
+    seen["running"], seen["actual"] = frozenset("abcd"), dict.fromkeys("abcd")
+    assert count() == 4
