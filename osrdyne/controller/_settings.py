@@ -163,13 +163,13 @@ class BrokerLimitSettings(BaseModel):
         "and the queues created since count against it.",
     )
     fds_per_queue: float = Field(
-        default=2.5,
+        default=3.5,
         ge=0,
-        description="File descriptors a queue is estimated to take on the broker, counted for "
-        "every queue the broker holds and every group admitted since the last reading. "
-        "RabbitMQ 3.10 at 1024 open files stopped answering handshakes at about 430 quorum "
-        "queues (about 2.2 each), though its `fd_used` hardly grew: quorum queues open their "
-        "files lazily (docs/benchmarks.md). 2.5 keeps a margin.",
+        description="File descriptors of the broker's open-files limit a queue is estimated to "
+        "take, counted for every queue the broker holds and every group admitted since the "
+        "last reading. RabbitMQ 3.10 at 1024 open files stopped completing handshakes between "
+        "300 and 350 quorum queues, though neither its `fd_used` nor its process's open files "
+        "grew (docs/benchmarks.md): 3.5 stops new queues at about 256 there.",
     )
     fd_headroom: int = Field(
         default=128,
