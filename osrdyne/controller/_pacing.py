@@ -45,7 +45,9 @@ class AimdLimit:
         finally:
             self._in_use -= 1
             async with self._changed:
-                self._changed.notify_all()
+                # Wake as many waiters as there are free slots, not all of them: a burst
+                # queues hundreds, and waking each on every release costs O(waiters) each.
+                self._changed.notify(max(1, self.limit - self._in_use))
 
     def success(self) -> None:
         """An operation the broker did in time: one more slot per `limit` of them."""

@@ -22,6 +22,7 @@ import asyncio
 import dataclasses
 import enum
 import logging
+import math
 import time
 import types
 from collections.abc import Callable, Iterable, Mapping
@@ -75,6 +76,10 @@ class PoolStateTracker:
         #: Each group's status, kept with `_groups`: a snapshot is a copy of it (a C-speed
         #: dict copy: a burst of thousands of new keys publishes thousands of snapshots).
         self._statuses = {key: g.status for key, g in self._groups.items()}
+        #: No deadline falls before this (it may be earlier than the first one: then `advance`
+        #: scans for nothing). `advance` scans every group only once it has passed, so a burst
+        #: of `require`s, each waking the tracker, does not scan thousands of groups each time.
+        self._next = now + unbind_delay if self._groups else math.inf
         for key in self._groups:
             self._note(key, EventKind.ADOPTED, "request queue found at the start of the session")
         self._generation = 1
@@ -108,6 +113,7 @@ class PoolStateTracker:
             self._note(key, EventKind.ACTIVE_AGAIN, f"bound again, for {cause}")
         self._groups[key] = _Deadlines(GroupStatus.ACTIVE, until)
         self._statuses[key] = GroupStatus.ACTIVE
+        self._next = min(self._next, until)
         self._publish()
         self._wake.set()
         return self._generation
@@ -122,6 +128,7 @@ class PoolStateTracker:
             return None
         drain = min(max(0.0, drain), self.stop_delay)
         stop_at = self._clock() + drain
+        self._next = min(self._next, stop_at)
         if group.status is GroupStatus.UNBOUND:
             if stop_at < group.stop_at:
                 group.stop_at = stop_at
@@ -142,6 +149,8 @@ class PoolStateTracker:
     def advance(self) -> float | None:
         """Apply the deadlines that passed; return when the next one falls (None: none)."""
         now = self._clock()
+        if now < self._next:
+            return None if math.isinf(self._next) else self._next
         changed = False
         for key, group in list(self._groups.items()):
             if group.status is GroupStatus.ACTIVE and group.active_until <= now:
@@ -164,6 +173,7 @@ class PoolStateTracker:
             g.active_until if g.status is GroupStatus.ACTIVE else g.stop_at
             for g in self._groups.values()
         ]
+        self._next = min(upcoming) if upcoming else math.inf
         return min(upcoming) if upcoming else None
 
     async def run(self) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import aio_pika
+import pytest
 
 from osrdyne.wire import PoolNames
 from tests import broker
@@ -63,6 +64,10 @@ async def test_a_burst_of_1000_new_keys_is_forwarded_in_full(
     running = await make_controller(
         pool, driver={"kind": "noop"}, queues={"type": "classic"}, groups={"loop_interval": 5}
     )
+    admission = running.controller.status().admission
+    assert admission is not None and admission.broker_room is not None
+    if admission.broker_room < 1000:  # e.g. a broker left at 1024 open files
+        pytest.skip(f"the broker has room for {admission.broker_room} new queues, not 1000")
     keys = [f"k{i:04d}" for i in range(1000)]
     await publish_burst(pool, keys)
     orphans = running.controller.metrics.orphans
@@ -119,7 +124,8 @@ async def test_sigterm_mid_burst_exits_within_grace_and_loses_nothing(
         queues = await messages_by_queue(pool)
         forwarded = sum(1 for k in keys if queues.get(names.request_queue(k)) == 1)
         waiting = queues.get(names.orphan_queue, 0)
-        return forwarded + waiting == len(keys) and (forwarded, waiting)
+        refused = queues.get(names.poison_queue, 0)  # overloaded, no reply_to: kept as poison
+        return forwarded + waiting + refused == len(keys) and (forwarded, waiting)
 
     forwarded, waiting = await eventually(all_accounted, timeout=60, interval=2, what="counted")
     assert forwarded > 0  # it was mid-burst: some forwarded, the rest wait for the next leader
