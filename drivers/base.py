@@ -5,13 +5,15 @@ no retries (the worker-group control loop converges again on its next pass), no 
 decisions. `start` and `stop` must be idempotent, and `list` only lists. Drivers never import
 each other; only `drivers.registry` picks one by name.
 
-Two optional protocols let a driver say more, each found with `isinstance`:
+Three optional protocols let a driver say more, each found with `isinstance`:
 
 - `Describes`: the workers of each group (pid, container or pod, restarts, last exit), for
   the status document;
 - `Upgrades`: which listed groups run an older version or a half-done change; the
   worker-group loop plans their upgrade and applies it with `start`, which converges a group
-  to the current version.
+  to the current version;
+- `Capacity`: how many worker groups it can run at once (processes and memory for the
+  subprocess driver, containers for docker); the controller refuses new keys beyond it.
 """
 
 from __future__ import annotations
@@ -108,3 +110,11 @@ class Upgrades(Protocol):
     def outdated(self) -> set[str]:
         """Keys of the groups the last `list()` found outdated or half-changed; `start(key)`
         brings each to the current version. No I/O: it reads what `list()` saw."""
+
+
+@runtime_checkable
+class Capacity(Protocol):
+    """A driver that knows how many worker groups it can run at once."""
+
+    def capacity(self) -> int | None:
+        """Most groups it can run at once (None: no limit it knows of). No I/O."""

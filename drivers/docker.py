@@ -81,6 +81,13 @@ class DockerSettings(pydantic.BaseModel):
         default=None, description="Entrypoint override; None: the image's ENTRYPOINT."
     )
     workers: int = Field(default=1, ge=1, description="Containers per worker group.")
+    max_containers: int | None = Field(
+        default=None,
+        ge=1,
+        description="Most worker containers at once, every group counted; new keys beyond "
+        "it are answered `overloaded` (reason `driver_capacity`). None: no cap of the "
+        "driver's own (the controller's `groups.max_groups` still holds).",
+    )
     environment: dict[str, str] = Field(
         default_factory=dict,
         description="Extra environment of the workers; the protocol's WORKER_* variables "
@@ -157,6 +164,12 @@ class DockerDriver:
     def outdated(self) -> set[str]:
         """Groups of an older version or a half-done change (`Upgrades`)."""
         return set(self._outdated)
+
+    def capacity(self) -> int | None:
+        """Most groups at once (`Capacity`): `max_containers` over the containers of a group."""
+        if self._settings.max_containers is None:
+            return None
+        return self._settings.max_containers // self._settings.workers
 
     async def close(self) -> None:
         # Containers outlive the controller on purpose (a restarted controller adopts them).

@@ -57,12 +57,32 @@ class SubprocessSettings(BaseModel):
         gt=0,
         description="A worker that ran this many seconds resets its restart back-off.",
     )
+    max_processes: int | None = Field(
+        default=None,
+        ge=1,
+        description="Most worker processes at once, every group counted (a group is "
+        "`workers` processes); new keys beyond it are answered `overloaded` (reason "
+        "`driver_capacity`). None: as many as `memory_per_worker` fits in the machine's "
+        "memory.",
+    )
+    memory_per_worker: int = Field(
+        default=64,
+        ge=1,
+        description="Estimated resident memory of one worker, in MiB (the echo worker takes "
+        "about 44): the machine's memory divided by it bounds the workers when "
+        "`max_processes` is unset.",
+    )
     owner: str | None = Field(
         default=None,
         description="Who the workers belong to (their OSRDYNE_OWNER): a restarted controller "
         "adopts the running workers of its owner. Default: `osrdyne:<pool>`, so the pool's "
         "controllers on this machine adopt each other's workers.",
     )
+
+
+def machine_memory() -> int:
+    """Bytes of physical memory of this machine."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 #: Environment variables marking a worker as the driver's: who owns it, which slot it fills.
@@ -205,6 +225,14 @@ class SubprocessDriver:
     async def close(self) -> None:
         groups, self._groups = list(self._groups.values()), {}
         await asyncio.gather(*(g.stop() for g in groups))
+
+    def capacity(self) -> int:
+        """Most groups at once (the `Capacity` protocol): `max_processes`, or the machine's
+        memory over `memory_per_worker`, divided by the workers of a group."""
+        processes = self.settings.max_processes
+        if processes is None:
+            processes = machine_memory() // (self.settings.memory_per_worker * 2**20)
+        return max(0, processes) // self.settings.workers
 
     def describe(self) -> dict[str, tuple[base.WorkerInfo, ...]]:
         """The workers of each group (the `Describes` protocol)."""

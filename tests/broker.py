@@ -34,20 +34,25 @@ async def delete_pool_objects(pool: str) -> None:
     prefix = "^" + re.escape(pool + "-")
     async with management() as http:
         for kind in ("queues", "exchanges"):
-            response = await http.get(
-                f"/{kind}/{vhost}",
-                params={
-                    "name": prefix,
-                    "use_regex": "true",
-                    "columns": "name",
-                    "page": 1,
-                    "page_size": 500,
-                },
-            )
-            response.raise_for_status()
-            for item in response.json()["items"]:
-                name = urllib.parse.quote(item["name"], safe="")
-                await http.delete(f"/{kind}/{vhost}/{name}")
+            deleted: set[str] = set()
+            while True:  # page 1 again until none is left (a pool may have thousands)
+                response = await http.get(
+                    f"/{kind}/{vhost}",
+                    params={
+                        "name": prefix,
+                        "use_regex": "true",
+                        "columns": "name",
+                        "page": 1,
+                        "page_size": 500,
+                    },
+                )
+                response.raise_for_status()
+                names = {item["name"] for item in response.json()["items"]} - deleted
+                if not names:
+                    break
+                for item in names:
+                    await http.delete(f"/{kind}/{vhost}/{urllib.parse.quote(item, safe='')}")
+                deleted |= names
         for policy in ("requests", "poison"):
             await http.delete(f"/policies/{vhost}/osrdyne-{pool}-{policy}")
 

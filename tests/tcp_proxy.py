@@ -3,6 +3,9 @@ caused for real, as aio-pika's own tests do through a proxy).
 
 `cut()` closes every connection through it; while `refusing`, new connections are closed as
 soon as they arrive, so the broker looks unreachable to the client behind the proxy only.
+`stall()` keeps every connection (and accepts new ones) but forwards nothing either way until
+`resume()`: a broker that stopped answering, as a node paused with SIGSTOP looks, without
+pausing one.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ class TcpProxy:
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self._pipes: set[asyncio.Task[None]] = set()
+        self._flowing = asyncio.Event()
+        self._flowing.set()
 
     @property
     def port(self) -> int:
@@ -30,6 +35,13 @@ class TcpProxy:
         self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
         return self
 
+    def stall(self) -> None:
+        """Forward nothing from now on (bytes are held, connections kept) until `resume()`."""
+        self._flowing.clear()
+
+    def resume(self) -> None:
+        self._flowing.set()
+
     def cut(self) -> None:
         """Close every connection through the proxy, both ways."""
         for writer in list(self._writers):
@@ -37,6 +49,7 @@ class TcpProxy:
         self._writers.clear()
 
     async def close(self) -> None:
+        self._flowing.set()
         self.cut()
         if self._server is not None:
             self._server.close()
@@ -63,6 +76,7 @@ class TcpProxy:
     async def _pipe(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
         try:
             while data := await source.read(65536):
+                await self._flowing.wait()
                 sink.write(data)
                 await sink.drain()
         except (ConnectionError, OSError):

@@ -7,8 +7,10 @@ dead-letter and activity consumers (`_orphans`, `_dead_letters`, `_activity`), a
 together as one `_session`. `Settings` is its configuration; `StatusDocument` is what it
 reports (`/status`); `poison` is the operators' view of the poison queue. An operator acts
 through `Controller.leading()` (warm, stop: `NotLeader` on a standby, `KeyRefused` for a key
-the gate refuses, `_gate`); `Controller.history` keeps each key's recent timeline and dead
-letters (`_history`). Every other module is internal.
+the gate refuses, `_gate`; new keys beyond the group cap, the driver's capacity or the
+broker's limits are refused `overloaded`, `_admission`, `_broker_limits`);
+`Controller.history` keeps each key's recent timeline and dead letters (`_history`).
+Every other module is internal.
 """
 
 from osrdyne.controller import poison
@@ -18,6 +20,7 @@ from osrdyne.controller._session import Session
 from osrdyne.controller._settings import (
     AmqpSettings,
     ApiSettings,
+    BrokerLimitSettings,
     DriverSettings,
     GroupSettings,
     LogSettings,
@@ -25,6 +28,8 @@ from osrdyne.controller._settings import (
     Settings,
 )
 from osrdyne.controller._status import (
+    AdmissionReport,
+    BrokerReport,
     Generations,
     GroupReport,
     GroupState,
@@ -36,8 +41,11 @@ from osrdyne.controller._status import (
 from osrdyne.controller._tracker import GroupStatus
 
 __all__ = [
+    "AdmissionReport",
     "AmqpSettings",
     "ApiSettings",
+    "BrokerLimitSettings",
+    "BrokerReport",
     "Controller",
     "DriverSettings",
     "Generations",

@@ -161,8 +161,16 @@ class QueueConsumer:
         return self.queue_name[len(prefix) :] if self.queue_name.startswith(prefix) else "?"
 
     async def stop(self, grace: float) -> None:
+        """Cancel the consumer, give in-flight messages `grace` seconds, cancel the rest;
+        at most about twice `grace` in all, even when the broker does not answer."""
         if self._queue is not None and self._tag is not None and not self.channel.is_closed:
-            await _quietly(self._queue.cancel(self._tag))
+            try:
+                async with asyncio.timeout(grace):
+                    await _quietly(self._queue.cancel(self._tag))
+            except TimeoutError:
+                logger.warning(
+                    "%s: the broker did not confirm the consumer's cancel", self.queue_name
+                )
         if self._in_flight:
             _, pending = await asyncio.wait(self._in_flight, timeout=grace)
             for task in pending:

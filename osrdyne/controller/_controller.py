@@ -33,6 +33,7 @@ from osrdyne import wire
 from osrdyne.controller import _aiotasks, _leadership, _session, _topology
 from osrdyne.controller._history import KeyHistory
 from osrdyne.controller._management import ManagementApi
+from osrdyne.controller._session import Session
 from osrdyne.controller._settings import Settings
 from osrdyne.controller._status import (
     Generations,
@@ -129,7 +130,7 @@ class Controller:
             while not self._stopping.is_set():
                 self.sessions += 1
                 try:
-                    await self._session()
+                    await self._bounded_session()
                     failures = 0
                 except SESSION_ERRORS as exc:
                     failures += 1
@@ -149,21 +150,50 @@ class Controller:
             await self.driver.close()
             await self.api.close()
 
+    async def _bounded_session(self) -> None:
+        """One session, ended within `amqp.stop_grace` of `stop()` whatever stage it is in.
+
+        The session sees the stop itself and stops in stages; when it has not ended after the
+        grace (it waits on a broker that stopped answering), it is cancelled."""
+        session = asyncio.create_task(
+            self._session(), name=f"session {self.sessions} of pool {self.settings.pool}"
+        )
+        stopping = asyncio.create_task(self._stopping.wait(), name="stop request")
+        try:
+            await asyncio.wait({session, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if not session.done():
+                await asyncio.wait({session}, timeout=self.settings.amqp.stop_grace)
+            if not session.done():
+                logger.warning(
+                    "session of pool %r still waiting on the broker %.0fs after the stop: "
+                    "abandoned",
+                    self.settings.pool,
+                    self.settings.amqp.stop_grace,
+                )
+        finally:
+            stopping.cancel()
+            await _cancel(session)
+        if not session.cancelled():
+            session.result()  # the session's own failure, if any
+
     # -- one session ----------------------------------------------------------------------
 
     async def _session(self) -> None:
         s = self.settings
-        connection = await wire.connect(
-            s.amqp.url,
-            name=_leadership.connection_name(s.pool, self.instance, self.api_url),
-            timeout=s.amqp.connect_timeout,
-        )
+        async with asyncio.timeout(s.amqp.startup_timeout):
+            connection = await wire.connect(
+                s.amqp.url,
+                name=_leadership.connection_name(s.pool, self.instance, self.api_url),
+                timeout=s.amqp.connect_timeout,
+            )
         lost = asyncio.Event()
         connection.close_callbacks.add(lambda *_: lost.set())
         try:
-            channel = await connection.channel()
-            await _topology.declare_pool(channel, self.names)
-            await _topology.apply_policy(self.api, self.names, s.queues)
+            # Every start-up step is bounded: a broker that stopped answering ends the session.
+            async with asyncio.timeout(s.amqp.startup_timeout):
+                channel = await connection.channel()
+                await _topology.declare_pool(channel, self.names)
+                await _topology.apply_policy(self.api, self.names, s.queues)
             self._set_role(Role.STANDBY)
             acquiring = asyncio.create_task(_leadership.acquire(connection, self.names))
             if not await _first(acquiring, self._stopping, lost):
@@ -174,24 +204,27 @@ class Controller:
             # The broker dropped us if the connection closed before we closed it; said only
             # when nothing else ended the session (else that is the cause to report).
             dropped = lost.is_set()
-            if not connection.is_closed:
-                await connection.close()
+            await _close(connection, timeout=min(5.0, s.amqp.stop_grace / 4))
         if dropped and not self._stopping.is_set():
             raise ConnectionError("connection to the broker lost")
 
     async def _lead(self, connection: aio_pika.abc.AbstractConnection, lost: asyncio.Event) -> None:
-        session = await _session.build(
-            connection,
-            settings=self.settings,
-            names=self.names,
-            api=self.api,
-            driver=self.driver,
-            metrics=self.metrics,
-            history=self.history,
-        )
-        # The fast-path estimate counts from here: read the exchange before taking work.
-        fast_path = FastPathEstimate(self.metrics)
-        await self._read_exchange_stats(fast_path)
+        s = self.settings
+        async with asyncio.timeout(s.amqp.startup_timeout):
+            session = await _session.build(
+                connection,
+                settings=s,
+                names=self.names,
+                api=self.api,
+                driver=self.driver,
+                metrics=self.metrics,
+                history=self.history,
+            )
+            # The broker's limits are known before the first new key is admitted.
+            await session.broker_limits.read()
+            # The fast-path estimate counts from here: read the exchange before taking work.
+            fast_path = FastPathEstimate(self.metrics)
+            await self._read_exchange_stats(fast_path)
         died = asyncio.Event()
         tasks = [
             _aiotasks.guarded(session.tracker.run(), name="pool state tracker", on_death=died),
@@ -200,21 +233,30 @@ class Controller:
             ),
             _aiotasks.guarded(session.group_loop.run(), name="worker-group loop", on_death=died),
             _aiotasks.guarded(self._watch_gauges(fast_path), name="gauges", on_death=died),
+            _aiotasks.guarded(session.broker_limits.run(), name="broker limits", on_death=died),
         ]
         self.session = session
         try:
-            for consumer in session.consumers:
-                await consumer.start()
+            # Dead letters and activity first: orphans (which start groups) are taken only
+            # once the controller can answer their dead letters and hear from their workers.
+            async with asyncio.timeout(s.amqp.startup_timeout):
+                for consumer in session.consumers:
+                    await consumer.start()
             self._became_leader.set()
             await _first(self._stopping, lost, died)
             if died.is_set() and not self._stopping.is_set():
                 raise ComponentDied("a controller component died; starting a new session")
         finally:
-            grace = 5.0 if self._stopping.is_set() else 0.5
-            await asyncio.gather(*(c.stop(grace) for c in session.consumers))
-            await _aiotasks.stop_all(tasks)
-            self._became_leader.clear()
-            self.session = None
+            # Within the stop grace: a quarter for in-flight messages (each consumer's stop
+            # takes at most twice that), the loops cancelled at once, then the connection's
+            # close (`_session`). The loops are cancelled even if this is interrupted.
+            grace = s.amqp.stop_grace / 4 if self._stopping.is_set() else 0.5
+            try:
+                await asyncio.gather(*(c.stop(grace) for c in session.consumers))
+            finally:
+                self._became_leader.clear()
+                self.session = None
+                await _aiotasks.stop_all(tasks)
 
     async def _watch_gauges(self, fast_path: FastPathEstimate) -> None:
         ticks = 0
@@ -239,6 +281,34 @@ class Controller:
             self.metrics.generation_lag.labels("groups").set(
                 generation - session.group_loop.reached.value
             )
+            self._limit_gauges(session)
+
+    def _limit_gauges(self, session: Session) -> None:
+        """The caps on new keys and the broker's limits, as gauges."""
+        admission = session.admission.report()
+        m = self.metrics
+        for name, value in (
+            ("max_groups", admission.max_groups),
+            ("driver_capacity", admission.driver_capacity),
+            ("broker_room", admission.broker_room),
+        ):
+            if value is not None:
+                m.admission_limit.labels(name).set(value)
+        figures = session.broker_limits.figures
+        if figures is None:
+            return
+        for resource, used, limit in (
+            ("fd", figures.fd_used, figures.fd_total),
+            ("processes", figures.proc_used, figures.proc_total),
+            ("memory", figures.mem_used, figures.mem_limit),
+            ("queues", figures.queues, None),
+        ):
+            if used is not None:
+                m.broker_used.labels(resource).set(used)
+            if limit is not None:
+                m.broker_limit.labels(resource).set(limit)
+        m.broker_alarm.labels("memory").set(1 if figures.mem_alarm else 0)
+        m.broker_alarm.labels("disk").set(1 if figures.disk_alarm else 0)
 
     async def _read_exchange_stats(self, fast_path: FastPathEstimate) -> None:
         try:
@@ -340,6 +410,8 @@ class Controller:
             queues=reached.generation,
             groups=group_loop.reached.value,
         )
+        doc.broker = session.admission.broker_report()
+        doc.admission = session.admission.report()
         expected = tracker.state.value.groups
         workers = self._describe_workers()
         last_seen = session.activity.last_seen
@@ -389,6 +461,30 @@ def _make_driver(settings: Settings) -> Driver:
         pool=settings.pool, amqp_uri=settings.amqp.worker_url or settings.amqp.url
     )
     return registry.make_driver(settings.driver.kind, settings.driver.sections, context)
+
+
+async def _cancel(task: asyncio.Task[Any]) -> None:
+    """Cancel `task` and wait for it to end; again if its clean-up waits on something that
+    does not answer (each cancellation interrupts one await; clean-ups are bounded anyway)."""
+    for _ in range(3):
+        if task.done():
+            return
+        task.cancel()
+        await asyncio.wait({task}, timeout=5.0)
+    if not task.done():
+        logger.error("%s did not end after 3 cancellations: left behind", task.get_name())
+
+
+async def _close(connection: aio_pika.abc.AbstractConnection, *, timeout: float) -> None:
+    """Close `connection` within `timeout`: a broker that stopped answering never says
+    close-ok, and a session must not wait for it."""
+    if connection.is_closed:
+        return
+    try:
+        async with asyncio.timeout(timeout):
+            await connection.close()
+    except SESSION_ERRORS as exc:
+        logger.warning("connection to the broker not closed cleanly: %r", exc)
 
 
 async def _sleep_unless(event: asyncio.Event, delay: float) -> None:

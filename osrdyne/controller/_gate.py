@@ -4,15 +4,17 @@ A group is required for the first orphan of its key (`_orphans`) or for an opera
 (`Session.warm`): both ask `Gate.admit(key)` first, so both refuse the same keys for the same
 reasons. A key that can never have a request queue (`wire.key_problem`) is refused
 `invalid_key`. A key that already has a group is always admitted; a new key then passes the
-`new_key` checks in order (the group cap and the broker's limits are such checks: each says
-why it refuses, or None), so a limit on new groups is one more check here, not a second copy
-in each caller.
+`new_key` checks in order (the group cap, the driver's capacity and the broker's limits of
+`_admission` are such checks: each says why it refuses, or None), so a limit on new groups is
+one more check here, not a second copy in each caller. Admitting and requiring happen with no
+`await` in between (in the orphan processor as in `warm`): a burst cannot slip past a cap.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from osrdyne import wire
 from osrdyne.controller._tracker import PoolStateTracker
@@ -24,6 +26,10 @@ class Refusal:
 
     status: wire.Status
     error: str
+    #: A word for programs (`max_groups`, `broker_fd`, ...), the `reason` of the answer.
+    reason: str = ""
+    #: Figures behind the decision (the limit and its use), in the answer's `details`.
+    details: Mapping[str, Any] | None = None
 
 
 class KeyRefused(Exception):
@@ -54,7 +60,7 @@ class Gate:
         """None when `key` may have a group now; else why not."""
         problem = wire.key_problem(self._names, key)
         if problem is not None:
-            return Refusal(wire.Status.INVALID_KEY, problem)
+            return Refusal(wire.Status.INVALID_KEY, problem, reason="invalid_key")
         if key in self._tracker.state.value.groups:
             return None
         for check in self._new_key:

@@ -1,8 +1,9 @@
 """The RabbitMQ management HTTP API, as much of it as osrdyne needs.
 
 Listing queues and bindings (what exists, at start and for anti-entropy), queue details for
-status, and policies. Credentials come from the management URL when it has them (else from
-the AMQP URL), and are taken out of it, so no error message can quote them. Transient
+status, policies, and the nodes' limits (`_broker_limits`). Credentials come from the
+management URL when it has them (else from the AMQP URL), and are taken out of it, so no
+error message can quote them. Transient
 failures (connection refused, 5xx) are retried with tenacity; anything else is raised as
 `httpx.HTTPStatusError`.
 """
@@ -73,9 +74,19 @@ class ManagementApi:
                 return response.json() if response.content else None
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def overview(self) -> dict[str, Any]:
-        result: dict[str, Any] = await self._request("GET", "/overview")
+    async def overview(self, *, columns: str | None = None) -> dict[str, Any]:
+        params = {"columns": columns} if columns else None
+        result: dict[str, Any] = await self._request("GET", "/overview", params=params)
         return result
+
+    async def nodes(self, *, columns: str | None = None) -> list[dict[str, Any]]:
+        """The cluster's nodes with their limits and use (file descriptors, processes,
+        memory, disk, alarms): needs the `monitoring` tag or more."""
+        params = {"columns": columns} if columns else None
+        result = await self._request("GET", "/nodes", params=params)
+        if not isinstance(result, list):
+            raise ValueError(f"/api/nodes answered a {type(result).__name__}, not a list")
+        return [node for node in result if isinstance(node, dict)]
 
     async def queues(self, *, name_regex: str, columns: str | None = None) -> list[dict[str, Any]]:
         """Every queue of the vhost whose name matches `name_regex`, page by page."""

@@ -9,7 +9,8 @@ so it is redelivered (at least once), never lost.
 
 What is checked comes first, before anything acts on the request: the key passes the gate
 that every new group passes (`_gate`: a key that can never have a queue is answered
-`invalid_key`), and protocol headers that are not what the protocol allows
+`invalid_key`; a new key beyond the group cap, the driver's capacity or the broker's limits
+is answered `overloaded`), and protocol headers that are not what the protocol allows
 (`wire.request_problem`) are answered `invalid_request`; neither starts a group. Such a
 request without a `reply_to` is kept in the poison queue instead, so nothing vanishes.
 """
@@ -19,6 +20,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
+from typing import Any
 
 import aio_pika.abc
 
@@ -64,7 +67,14 @@ class OrphanProcessor(QueueConsumer):
         if refusal is not None:
             if refusal.status is wire.Status.INVALID_KEY:
                 self._metrics.invalid_keys.inc()
-            await self._refuse(message, key, refusal.status, refusal.error)
+            await self._refuse(
+                message,
+                key,
+                refusal.status,
+                refusal.error,
+                reason=refusal.reason,
+                details=refusal.details,
+            )
             return
         problem = wire.request_problem(message.headers)
         if problem is not None:
@@ -117,6 +127,9 @@ class OrphanProcessor(QueueConsumer):
         key: str,
         status: wire.Status,
         problem: str,
+        *,
+        reason: str = "",
+        details: Mapping[str, Any] | None = None,
     ) -> None:
         fields = logs.fields(pool=self._names.pool, key=key, correlation_id=message.correlation_id)
         logger.warning("refusing request for key %r (%s): %s", key, status, problem, extra=fields)
@@ -128,9 +141,10 @@ class OrphanProcessor(QueueConsumer):
                 status=status,
                 document={
                     "error": problem,
-                    "reason": status.value,
+                    "reason": reason or status.value,
                     "key": key,
                     "pool": self._names.pool,
+                    **(details or {}),
                 },
             )
         else:

@@ -5,6 +5,8 @@ those of stopped groups, then publishes the generation it reached with the actua
 the orphan processor waits on before it forwards a request. A queue is only deleted when it
 has no consumer and both the broker (passive declare) and the management API count no
 message: a queue that still holds requests, or that cannot be counted, brings its group back.
+Operations run concurrently at the pace the broker keeps up with (`_pacing`: a burst of new
+keys never piles up unbounded declares in the broker).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from osrdyne import wire
 from osrdyne.controller import _migration, _reconcile, _topology
 from osrdyne.controller._channels import ChannelPool
 from osrdyne.controller._management import ManagementApi
+from osrdyne.controller._pacing import AimdLimit
 from osrdyne.controller._settings import QueueSettings
 from osrdyne.controller._tracker import GroupStatus, PoolStateTracker
 from osrdyne.controller._watch import Watch
@@ -69,15 +72,18 @@ class RequestQueueLoop:
         metrics: ControllerMetrics,
         operation_timeout: float = 10.0,
         concurrency: int = 8,
+        max_concurrency: int = 32,
     ) -> None:
-        self._channels = ChannelPool(connection, size=concurrency)
+        # Channels are opened when first needed: as many as operations may run at once.
+        self._channels = ChannelPool(connection, size=max_concurrency)
         self._api = api
         self._names = names
         self._settings = settings
         self._tracker = tracker
         self._interval = interval
         self._metrics = metrics
-        self._limit = asyncio.Semaphore(concurrency)
+        #: Broker operations at once: paced by how the broker keeps up (`_pacing`).
+        self.pacing = AimdLimit(initial=concurrency, maximum=max_concurrency)
         self._operation_timeout = operation_timeout
         #: Keys whose queue is an adopted one of osrdyne 0.1, and its name (the raw key).
         self._legacy: dict[str, str] = {}
@@ -130,11 +136,15 @@ class RequestQueueLoop:
         errors: dict[str, str] = {}
 
         async def apply(action: _reconcile.QueueAction) -> None:
-            async with self._limit:
+            async with self.pacing.slot():
                 try:
                     async with asyncio.timeout(self._operation_timeout):
                         await self._apply(action, actual)
+                    self.pacing.success()
+                    self._metrics.queue_op_concurrency.set(self.pacing.limit)
                 except TimeoutError:
+                    self.pacing.congestion()
+                    self._metrics.queue_op_concurrency.set(self.pacing.limit)
                     errors[action.key] = (
                         f"{action.op.value} took over {self._operation_timeout}s: retried"
                     )
@@ -163,6 +173,7 @@ class RequestQueueLoop:
                 except QueueBusy:
                     errors[action.key] = "queue still has consumers"
                 except (aio_pika.exceptions.AMQPError, ConnectionError) as exc:
+                    self.pacing.congestion()
                     errors[action.key] = f"{type(exc).__name__}: {exc}"
                     logger.warning(
                         "request queue %s of %r failed: %s",
@@ -184,7 +195,7 @@ class RequestQueueLoop:
         self, key: str, actual: dict[str, GroupStatus], errors: dict[str, str]
     ) -> None:
         """One step of retiring the 0.1 queue of `key` (`_migration`)."""
-        async with self._limit:
+        async with self.pacing.slot():
             try:
                 async with asyncio.timeout(self._operation_timeout):
                     async with self._channels.channel() as channel:

@@ -19,9 +19,11 @@ from collections.abc import Mapping
 
 import aio_pika.abc
 
-from drivers.base import Driver
+from drivers.base import Capacity, Driver
 from osrdyne.controller import _topology
 from osrdyne.controller._activity import ActivityProcessor
+from osrdyne.controller._admission import Admission, GroupCount
+from osrdyne.controller._broker_limits import BrokerLimits
 from osrdyne.controller._consumer import QueueConsumer
 from osrdyne.controller._dead_letters import DeadLetterResponder
 from osrdyne.controller._gate import Gate, KeyRefused
@@ -50,6 +52,10 @@ class Session:
     activity: ActivityProcessor
     #: What every new group passes, for orphans and for warm alike.
     gate: Gate
+    #: The caps on new groups the gate checks (and shows in `/status`).
+    admission: Admission
+    #: The broker's limits, read periodically while the session leads (`run()`).
+    broker_limits: BrokerLimits
     #: The controller's history of each key (it outlives sessions).
     history: KeyHistory
     #: Seconds an operator-stopped group drains before its workers stop.
@@ -96,7 +102,6 @@ async def build(
         initial=adopted,
         history=history,
     )
-    gate = Gate(names, tracker)
     queue_loop = RequestQueueLoop(
         connection=connection,
         api=api,
@@ -119,6 +124,25 @@ async def build(
         history=history,
     )
     cold_starts = ColdStartClock(metrics.cold_start_seconds)
+
+    groups = GroupCount(
+        expected=lambda: tracker.state.value.groups,
+        running=lambda: group_loop.running,
+        actual=lambda: queue_loop.reached.value.actual,
+        removals=lambda: tracker.removals,
+    )
+    broker_limits = BrokerLimits(
+        api, interval=s.broker.check_interval, timeout=s.broker.check_timeout, groups=groups
+    )
+    admission = Admission(
+        max_groups=s.groups.max_groups,
+        capacity=driver.capacity if isinstance(driver, Capacity) else lambda: None,
+        groups=groups,
+        broker=broker_limits,
+        limits=s.broker,
+        on_refusal=lambda reason: metrics.admission_refusals.labels(reason).inc(),
+    )
+    gate = Gate(names, tracker, new_key=admission.checks)
 
     async def confirm_channel() -> aio_pika.abc.AbstractChannel:
         return await connection.channel(publisher_confirms=True, on_return_raises=True)
@@ -153,6 +177,8 @@ async def build(
         group_loop=group_loop,
         activity=activity,
         gate=gate,
+        admission=admission,
+        broker_limits=broker_limits,
         history=history,
         stop_drain=s.groups.stop_drain,
         consumers=(dead_letters, activity, orphans),

@@ -57,6 +57,22 @@ class AmqpSettings(BaseModel):
         description="Seconds a management API call is retried (connection refused, 5xx) "
         "before it fails; a session that fails this way is followed by a new one.",
     )
+    startup_timeout: float = Field(
+        default=30.0,
+        gt=0,
+        description="Seconds each start-up stage of a session may take (declaring the "
+        "topology and applying the policy; as leader, adopting the queues and attaching the "
+        "consumers); one that takes longer (a broker that stopped answering) ends the "
+        "session, and a new one follows.",
+    )
+    stop_grace: float = Field(
+        default=10.0,
+        gt=0,
+        description="Seconds a controller asked to stop (SIGTERM, SIGINT) takes at most to end "
+        "its session, whatever stage it is in: in-flight orphans and dead letters get half of "
+        "it; whatever still waits on the broker then is abandoned (unacked messages are "
+        "redelivered to the next leader). The driver is closed after that.",
+    )
 
     @property
     def vhost(self) -> str:
@@ -112,12 +128,71 @@ class GroupSettings(BaseModel):
         description="Seconds an orphan waits for its queue before it is requeued for later.",
     )
     orphan_prefetch: int = Field(default=256, ge=1, description="Orphans handled at once.")
+    max_groups: int | None = Field(
+        default=1000,
+        ge=1,
+        description="Most worker groups of the pool at once, counting those being started "
+        "and those being stopped. A request for a new key beyond it is answered at once "
+        "with `x-status: overloaded` (reason `max_groups`); keys that have a group keep "
+        "working. None: no cap but the driver's capacity and the broker's limits.",
+    )
     stall_after: float = Field(
         default=60.0,
         gt=0,
         description="A group whose requests are delivered and unanswered, with no activity "
         "report for this many seconds, shows as `stalled` in `/status` (workers report "
         "while they work).",
+    )
+
+
+class BrokerLimitSettings(BaseModel):
+    """The broker's limits the controller reads and keeps clear of (`[broker]`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    check_interval: float = Field(
+        default=5.0,
+        gt=0,
+        description="Seconds between two readings of the broker's limits (file descriptors, "
+        "Erlang processes, alarms, queue count) from the management API.",
+    )
+    check_timeout: float = Field(
+        default=5.0,
+        gt=0,
+        description="Seconds one reading may take; a reading that fails keeps the last one, "
+        "and the queues created since count against it.",
+    )
+    fds_per_queue: float = Field(
+        default=3.5,
+        ge=0,
+        description="File descriptors of the broker's open-files limit a queue is estimated to "
+        "take, counted for every queue the broker holds and every group admitted since the "
+        "last reading. RabbitMQ 3.10 at 1024 open files stopped completing handshakes between "
+        "300 and 350 quorum queues, though neither its `fd_used` nor its process's open files "
+        "grew (docs/benchmarks.md): 3.5 stops new queues at about 256 there.",
+    )
+    fd_headroom: int = Field(
+        default=128,
+        ge=0,
+        description="File descriptors left free on the broker: a new key that would leave "
+        "fewer is answered `overloaded` (reason `broker_fd`), before the broker runs out "
+        "and stops accepting connections.",
+    )
+    processes_per_queue: float = Field(
+        default=8.0,
+        ge=0,
+        description="Erlang processes a new request queue is estimated to take.",
+    )
+    process_headroom: int = Field(
+        default=10_000,
+        ge=0,
+        description="Erlang processes left free on the broker (reason `broker_processes`).",
+    )
+    refuse_on_alarm: bool = Field(
+        default=True,
+        description="Answer new keys `overloaded` while the broker has a memory or disk "
+        "alarm (reasons `broker_memory_alarm`, `broker_disk_alarm`): it blocks publishers "
+        "then, so a new queue could not be served anyway.",
     )
 
 
@@ -260,6 +335,7 @@ class Settings(BaseSettings):
     amqp: AmqpSettings = Field(default_factory=AmqpSettings)
     groups: GroupSettings = Field(default_factory=GroupSettings)
     queues: QueueSettings = Field(default_factory=QueueSettings)
+    broker: BrokerLimitSettings = Field(default_factory=BrokerLimitSettings)
     driver: DriverSettings = Field(default_factory=DriverSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)
     log: LogSettings = Field(default_factory=LogSettings)

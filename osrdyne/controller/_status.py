@@ -99,6 +99,50 @@ class GroupReport(_Model):
     health: Health | None = None
 
 
+class BrokerReport(_Model):
+    """The broker's limits and their use, as last read from the management API (the most
+    constrained running node's figures; None where the broker does not say)."""
+
+    node: str | None = None
+    fd_used: int | None = None
+    fd_total: int | None = None
+    proc_used: int | None = None
+    proc_total: int | None = None
+    mem_used: int | None = None
+    mem_limit: int | None = None
+    mem_alarm: bool = False
+    disk_free: int | None = None
+    disk_free_limit: int | None = None
+    disk_alarm: bool = False
+    #: Queues of the whole broker.
+    queues: int | None = None
+    #: Epoch seconds of the reading (None: never read).
+    read_at: float | None = None
+    #: Why the last reading failed (the figures are then those of the one before).
+    error: str | None = None
+
+
+class AdmissionReport(_Model):
+    """What new keys are admitted against: the caps, what uses them, and the answer a new key
+    would get now."""
+
+    #: Groups counted against the caps (expected ones, and those still being stopped).
+    groups: int
+    #: `groups.max_groups` (None: no cap).
+    max_groups: int | None = None
+    #: Most groups the driver can run (None: it sets no limit).
+    driver_capacity: int | None = None
+    #: New request queues the broker can still take before its headroom, estimated from the
+    #: last reading and the groups admitted since (None: unknown).
+    broker_room: int | None = None
+    #: Groups admitted since the broker's limits were last read.
+    admitted_since_read: int = 0
+    #: The reason a new key is refused now (`max_groups`, `broker_fd`, ...); None: admitted.
+    refusing: str | None = None
+    #: New keys answered `overloaded` since the controller started, by reason.
+    refused: dict[str, int] = pydantic.Field(default_factory=dict)
+
+
 class StatusDocument(_Model):
     """Everything `/status` answers."""
 
@@ -117,3 +161,7 @@ class StatusDocument(_Model):
     groups: dict[str, GroupReport] = pydantic.Field(default_factory=dict)
     #: Why the queue figures are missing, when the management API did not answer.
     queues_error: str | None = None
+    #: Leader only: the broker's limits and their use.
+    broker: BrokerReport | None = None
+    #: Leader only: the caps on new keys and their use.
+    admission: AdmissionReport | None = None

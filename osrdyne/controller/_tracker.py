@@ -22,6 +22,7 @@ import asyncio
 import dataclasses
 import enum
 import logging
+import math
 import time
 import types
 from collections.abc import Callable, Iterable, Mapping
@@ -72,9 +73,19 @@ class PoolStateTracker:
         self._history = history
         now = clock()
         self._groups = {key: _Deadlines(GroupStatus.ACTIVE, now + unbind_delay) for key in initial}
+        #: Each group's status, kept with `_groups`: a snapshot is a copy of it (a C-speed
+        #: dict copy: a burst of thousands of new keys publishes thousands of snapshots).
+        self._statuses = {key: g.status for key, g in self._groups.items()}
+        #: No deadline falls before this (it may be earlier than the first one: then `advance`
+        #: scans for nothing). `advance` scans every group only once it has passed, so a burst
+        #: of `require`s, each waking the tracker, does not scan thousands of groups each time.
+        self._next = now + unbind_delay if self._groups else math.inf
         for key in self._groups:
             self._note(key, EventKind.ADOPTED, "request queue found at the start of the session")
         self._generation = 1
+        #: Groups that left the expected state so far (caches of what depends on the
+        #: expected keys know nothing was removed while this stays the same).
+        self.removals = 0
         self.state: Watch[PoolState] = Watch(self._snapshot())
         self._wake = asyncio.Event()
 
@@ -101,6 +112,8 @@ class PoolStateTracker:
             logger.info("worker group %r active again", key)
             self._note(key, EventKind.ACTIVE_AGAIN, f"bound again, for {cause}")
         self._groups[key] = _Deadlines(GroupStatus.ACTIVE, until)
+        self._statuses[key] = GroupStatus.ACTIVE
+        self._next = min(self._next, until)
         self._publish()
         self._wake.set()
         return self._generation
@@ -115,6 +128,7 @@ class PoolStateTracker:
             return None
         drain = min(max(0.0, drain), self.stop_delay)
         stop_at = self._clock() + drain
+        self._next = min(self._next, stop_at)
         if group.status is GroupStatus.UNBOUND:
             if stop_at < group.stop_at:
                 group.stop_at = stop_at
@@ -125,6 +139,7 @@ class PoolStateTracker:
             stop_at,
             stop_at - drain,
         )
+        self._statuses[key] = GroupStatus.UNBOUND
         logger.info("worker group %r stopped by an operator: unbind", key)
         self._note(key, EventKind.UNBOUND, f"stopped by an operator: stops in {drain:.0f}s")
         self._publish()
@@ -134,16 +149,21 @@ class PoolStateTracker:
     def advance(self) -> float | None:
         """Apply the deadlines that passed; return when the next one falls (None: none)."""
         now = self._clock()
+        if now < self._next:
+            return None if math.isinf(self._next) else self._next
         changed = False
         for key, group in list(self._groups.items()):
             if group.status is GroupStatus.ACTIVE and group.active_until <= now:
                 group.status, group.stop_at = GroupStatus.UNBOUND, now + self.stop_delay
+                self._statuses[key] = GroupStatus.UNBOUND
                 group.unbound_at = now
                 logger.info("worker group %r idle for %.0fs: unbind", key, self.unbind_delay)
                 self._note(key, EventKind.UNBOUND, f"idle for {self.unbind_delay:.0f}s")
                 changed = True
             if group.status is GroupStatus.UNBOUND and group.stop_at <= now:
                 del self._groups[key]
+                del self._statuses[key]
+                self.removals += 1
                 logger.info("worker group %r unbound for %.0fs: stop", key, now - group.unbound_at)
                 self._note(key, EventKind.STOPPED, "unbound long enough: workers stopped")
                 changed = True
@@ -153,6 +173,7 @@ class PoolStateTracker:
             g.active_until if g.status is GroupStatus.ACTIVE else g.stop_at
             for g in self._groups.values()
         ]
+        self._next = min(upcoming) if upcoming else math.inf
         return min(upcoming) if upcoming else None
 
     async def run(self) -> None:
@@ -178,5 +199,4 @@ class PoolStateTracker:
         self.state.set(self._snapshot())
 
     def _snapshot(self) -> PoolState:
-        groups = {key: g.status for key, g in sorted(self._groups.items())}
-        return PoolState(self._generation, types.MappingProxyType(groups))
+        return PoolState(self._generation, types.MappingProxyType(self._statuses.copy()))

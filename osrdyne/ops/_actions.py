@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 import pydantic
 from aiohttp import web
 
+from osrdyne import wire
 from osrdyne.controller import (
     Controller,
     GroupStatus,
@@ -153,8 +154,13 @@ class Actions:
             generation = session.warm(key, by=self._by(request))
         except KeyRefused as exc:
             self._log(request, "warm", "refused", key=key, error=exc.refusal.error)
+            refusal = exc.refusal
+            overloaded = refusal.status is wire.Status.OVERLOADED
             raise _refusal(
-                web.HTTPBadRequest, exc.refusal.error, status=exc.refusal.status.value
+                web.HTTPServiceUnavailable if overloaded else web.HTTPBadRequest,
+                refusal.error,
+                status=refusal.status.value,
+                reason=refusal.reason or refusal.status.value,
             ) from exc
         try:
             async with asyncio.timeout(WARM_WAIT):

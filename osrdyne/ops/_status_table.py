@@ -59,6 +59,43 @@ def title(doc: StatusDocument) -> str:
     return text
 
 
+def _of(used: int | None, total: int | None) -> str:
+    if used is None or total is None:
+        return "?"
+    return f"{used}/{total} ({100 * used / total:.0f}%)" if total else f"{used}/{total}"
+
+
+def limits(doc: StatusDocument) -> list[Text]:
+    """Lines for the caps on new keys and the broker's limits (leader only)."""
+    lines: list[Text] = []
+    admission = doc.admission
+    if admission is not None:
+        caps = [f"groups {admission.groups}"]
+        if admission.max_groups is not None:
+            caps.append(f"max_groups {admission.max_groups}")
+        if admission.driver_capacity is not None:
+            caps.append(f"driver capacity {admission.driver_capacity}")
+        if admission.broker_room is not None:
+            caps.append(f"room for {admission.broker_room} new queue(s) on the broker")
+        state = f"refusing new keys: {admission.refusing}" if admission.refusing else "admitting"
+        refused = ", ".join(f"{r} {n}" for r, n in sorted(admission.refused.items()))
+        text = f"admission: {state}; " + ", ".join(caps)
+        lines.append(Text(text + (f"; refused: {refused}" if refused else ""), overflow="fold"))
+    broker = doc.broker
+    if broker is not None:
+        alarms = [a for a, on in (("memory", broker.mem_alarm), ("disk", broker.disk_alarm)) if on]
+        text = (
+            f"broker {broker.node or '?'}: fd {_of(broker.fd_used, broker.fd_total)}, "
+            f"processes {_of(broker.proc_used, broker.proc_total)}, "
+            f"memory {_of(broker.mem_used, broker.mem_limit)}, "
+            f"queues {_figure(broker.queues)}, alarms {', '.join(alarms) or 'none'}"
+        )
+        if broker.error:
+            text += f"; last reading failed: {broker.error}"
+        lines.append(Text(text, overflow="fold"))
+    return lines
+
+
 def render(doc: StatusDocument) -> Any:
     """The status document as a renderable: the table, then one line per error."""
     oldest = any(g.oldest_message_age is not None for g in doc.groups.values())
@@ -95,7 +132,7 @@ def render(doc: StatusDocument) -> Any:
         table.add_row(*row)
         if group.error:
             notes.append(Text.assemble((key, "bold"), ": ", group.error, overflow="fold"))
-    parts: list[Any] = [table, *notes]
+    parts: list[Any] = [table, *notes, *limits(doc)]
     if doc.queues_error:
         parts.append(Text(f"queue figures unavailable: {doc.queues_error}", overflow="fold"))
     if doc.last_error:

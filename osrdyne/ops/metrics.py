@@ -111,6 +111,45 @@ class ControllerMetrics:
             ["path"],
             registry=r,
         )
+        self.admission_refusals = Counter(
+            "osrdyne_admission_refusals_total",
+            "New keys answered `overloaded`, by reason (`max_groups`, `driver_capacity`, "
+            "`broker_fd`, `broker_processes`, `broker_memory_alarm`, `broker_disk_alarm`).",
+            ["reason"],
+            registry=r,
+        )
+        self.queue_op_concurrency = Gauge(
+            "osrdyne_queue_op_concurrency",
+            "Request-queue operations (declare, bind, unbind, delete) the queue loop runs at "
+            "once now: raised while the broker keeps up, halved when it does not.",
+            registry=r,
+        )
+        self.admission_limit = Gauge(
+            "osrdyne_admission_limit",
+            "Most groups at once, by limit (`max_groups`, `driver_capacity`; absent: none), "
+            "and `broker_room`: new request queues the broker can still take.",
+            ["limit"],
+            registry=r,
+        )
+        self.broker_used = Gauge(
+            "osrdyne_broker_resource_used",
+            "The broker's use of a resource (`fd`, `processes`, `memory` bytes, `queues`), as "
+            "last read from its management API (its most constrained node).",
+            ["resource"],
+            registry=r,
+        )
+        self.broker_limit = Gauge(
+            "osrdyne_broker_resource_limit",
+            "The broker's limit of a resource (`fd`, `processes`, `memory` bytes).",
+            ["resource"],
+            registry=r,
+        )
+        self.broker_alarm = Gauge(
+            "osrdyne_broker_alarm",
+            "1 while the broker has an alarm (`memory`, `disk`).",
+            ["alarm"],
+            registry=r,
+        )
         self.exchange_published = Gauge(
             "osrdyne_request_exchange_published",
             "The broker's cumulative `publish_in` of the pool's request exchange (client "

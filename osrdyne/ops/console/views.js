@@ -155,7 +155,15 @@ const KNOWN_STATUS = new Set([
   "groups",
   "queues_error",
   "leader",
+  "broker",
+  "admission",
 ]);
+
+// "used / total (pct%)", or "?" when the broker does not say.
+function ofTotal(used, total) {
+  if (used === null || used === undefined || !total) return "?";
+  return `${used} / ${total} (${Math.round((100 * used) / total)}%)`;
+}
 
 const COLUMNS = [
   { id: "key", label: "Key", value: (k) => k },
@@ -316,6 +324,24 @@ export class PoolView {
           ["orphans", number(orphan)],
           ["orphan share", fast + orphan ? Math.round((100 * orphan) / (fast + orphan)) + "%" : "–"],
         ]),
+      ),
+      card(
+        "Limits",
+        status.admission
+          ? rows([
+              ["new keys", status.admission.refusing ? badge("refused: " + status.admission.refusing, "stalled") : badge("admitted", "active")],
+              ["groups", number(status.admission.groups)],
+              status.admission.max_groups !== null && ["max groups", number(status.admission.max_groups)],
+              status.admission.driver_capacity !== null && ["driver capacity", number(status.admission.driver_capacity)],
+              status.admission.broker_room !== null && ["broker room", [number(status.admission.broker_room), " queues"]],
+              status.broker && ["broker fds", ofTotal(status.broker.fd_used, status.broker.fd_total)],
+              status.broker && ["broker processes", ofTotal(status.broker.proc_used, status.broker.proc_total)],
+              status.broker && ["broker memory", ofTotal(status.broker.mem_used, status.broker.mem_limit)],
+              status.broker && (status.broker.mem_alarm || status.broker.disk_alarm) && ["alarms", badge([status.broker.mem_alarm && "memory", status.broker.disk_alarm && "disk"].filter(Boolean).join(", "), "stalled")],
+              status.broker && status.broker.error && ["broker figures", visible(status.broker.error, { class: "text error" })],
+              Object.keys(status.admission.refused || {}).length && ["refused", visible(Object.entries(status.admission.refused).map(([r, n]) => `${r} ${n}`).join(", "))],
+            ])
+          : h("p", { class: "muted" }, "Only the leader admits new keys."),
       ),
       card("Orphans", counterRows(counters.orphans, "none yet")),
       card(

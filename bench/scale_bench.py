@@ -1,0 +1,429 @@
+"""How osrdyne scales with the number of keys, and which limit (broker or controller) comes first.
+
+One run, on a PRIVATE RabbitMQ node (`tests/faults/rabbit_node.py`: its own ports, data and
+logs, removed afterwards; the shared broker is never touched) started under a high open-files
+limit, so the broker's own defaults do not cut the curve short. For each queue type (quorum,
+classic) and each N (default 100, 1000, 5000), in a vhost of its own (deleted afterwards, every
+queue with it), an in-process controller with the in-memory driver (queues only: no worker
+processes) takes a burst of N new keys, one request each, published as fast as the broker
+confirms. Measured:
+
+- burst: seconds from the first publish until every orphan is forwarded, and keys/s;
+- orphan handling p50/p99 (arrival -> confirmed republish into the new queue: every sample,
+  taken by wrapping the controller's own histogram's `observe`);
+- controller CPU per anti-entropy pass (idle pool of N groups: CPU seconds of this process over
+  a window divided by the request-queue loop's passes in it, so it includes what else runs
+  in that time: gauges every second, the broker's limits every 5 s), the wall time of the
+  pass's listing of the request queues (management API) and of its convergence;
+- controller RSS (this process: the controller plus one publisher connection);
+- broker memory, file descriptors and Erlang processes per queue (node figures before and
+  after, divided by N).
+
+Then, without a broker, a pool of 10,000 tracked groups in memory: one control-loop pass of
+each loop's plan (`plan_queues`, `plan_groups`), the tracker's `advance`, an admission check,
+a burst of 1000 new keys through admission and the tracker, and the memory they hold.
+
+Last, `--guard` starts a second private node at RabbitMQ's default open-files limit of 1024
+and sends a burst of quorum keys past what it can hold: the controller answers `overloaded`
+before the broker runs out, and the node still completes handshakes afterwards (issue 10:
+without the check it wedged at about 440 quorum queues).
+
+Growth is printed as ratios between consecutive N (1.0 = constant per key). Results go into
+docs/benchmarks.md. From the repository root:
+
+    PYTHONPATH=. .venv/bin/python bench/scale_bench.py                   # ~10 min on 2 cores
+    PYTHONPATH=. .venv/bin/python bench/scale_bench.py --sizes 100 1000 --types classic
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import json
+import logging
+import math
+import resource
+import statistics
+import sys
+import time
+import tracemalloc
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import aio_pika  # noqa: E402
+import httpx  # noqa: E402
+
+from drivers.memory import MemoryDriver  # noqa: E402
+from osrdyne.controller import Controller, Settings, _reconcile, _topology  # noqa: E402
+from osrdyne.controller._admission import Admission, GroupCount  # noqa: E402
+from osrdyne.controller._settings import BrokerLimitSettings  # noqa: E402
+from osrdyne.controller._tracker import GroupStatus, PoolStateTracker  # noqa: E402
+from osrdyne.wire import PoolNames  # noqa: E402
+from tests.faults.rabbit_node import RabbitNode  # noqa: E402
+
+NODE_COLUMNS = "fd_used,fd_total,proc_used,proc_total,mem_used,mem_limit"
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def set_open_files(limit: int) -> None:
+    """Open-files limit of this process, inherited by the node it starts next."""
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, max(hard, limit)))
+    except (ValueError, PermissionError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(limit, hard), hard))
+
+
+class Node:
+    """A private node and its management API."""
+
+    def __init__(self, node: RabbitNode) -> None:
+        self.node = node
+        self.http = httpx.AsyncClient(
+            base_url=node.management_url + "/api", auth=("guest", "guest"), timeout=120
+        )
+
+    async def figures(self) -> dict[str, int]:
+        """The node's figures (a node that just booted answers `[[]]` for a while)."""
+        for _ in range(120):
+            response = await self.http.get("/nodes", params={"columns": NODE_COLUMNS})
+            response.raise_for_status()
+            doc = response.json()
+            if doc and isinstance(doc[0], dict) and "fd_used" in doc[0]:
+                return {k: int(v) for k, v in doc[0].items() if isinstance(v, int)}
+            await asyncio.sleep(0.5)
+        raise TimeoutError(f"the node reports no figures: {doc!r}")
+
+    async def settled_figures(self, queues: int) -> dict[str, int]:
+        """The node's figures once its statistics show `queues` queues (they lag seconds)."""
+        for _ in range(60):
+            response = await self.http.get("/overview", params={"columns": "object_totals"})
+            if response.json()["object_totals"]["queues"] >= queues:
+                await asyncio.sleep(6)  # one more statistics interval for the node's figures
+                return await self.figures()
+            await asyncio.sleep(1)
+        return await self.figures()
+
+    async def make_vhost(self, vhost: str) -> None:
+        quoted = urllib.parse.quote(vhost, safe="")
+        (await self.http.put(f"/vhosts/{quoted}")).raise_for_status()
+        body = {"configure": ".*", "write": ".*", "read": ".*"}
+        (await self.http.put(f"/permissions/{quoted}/guest", json=body)).raise_for_status()
+
+    async def drop_vhost(self, vhost: str) -> None:
+        await self.http.delete(f"/vhosts/{urllib.parse.quote(vhost, safe='')}")
+
+    def urls(self, vhost: str) -> tuple[str, str]:
+        quoted = urllib.parse.quote(vhost, safe="")
+        return (
+            f"amqp://guest:guest@127.0.0.1:{self.node.port}/{quoted}",
+            self.node.management_url,
+        )
+
+
+def controller_for(
+    pool: str, amqp: str, management: str, n: int, queue_type: str, *, fd_headroom: int = 64
+) -> Controller:
+    settings = Settings(
+        pool=pool,
+        amqp={"url": amqp, "management_url": management, "operation_timeout": 60},
+        groups={
+            "unbind_delay": 3600,
+            "stop_delay": 3600,
+            "loop_interval": 5,
+            "max_groups": n + 10,
+            "orphan_wait_timeout": 120,
+        },
+        queues={"type": queue_type},
+        broker={"fd_headroom": fd_headroom},
+        driver={"kind": "noop"},
+        api={"enabled": False},
+    )
+    # The in-memory driver: groups cost nothing, but `list()` shows what was started, as a real
+    # driver's does (the noop driver lists nothing, so every pass would start every group
+    # again: a cost no real driver has).
+    return Controller(settings, driver=MemoryDriver())
+
+
+async def publish(amqp: str, pool: str, keys: list[str]) -> None:
+    connection = await aio_pika.connect(amqp)
+    async with connection:
+        channel = await connection.channel(publisher_confirms=True)
+        exchange = await channel.get_exchange(PoolNames(pool).request_exchange, ensure=False)
+        for start in range(0, len(keys), 500):
+            await asyncio.gather(
+                *(
+                    exchange.publish(aio_pika.Message(b"x"), routing_key=k, mandatory=True)
+                    for k in keys[start : start + 500]
+                )
+            )
+
+
+def quantile(samples: list[float], q: float) -> float:
+    if not samples:
+        return float("nan")
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def one_size(node: Node, queue_type: str, n: int) -> dict[str, Any]:
+    vhost = f"bench-{queue_type}-{n}"
+    await node.make_vhost(vhost)
+    amqp, management = node.urls(vhost)
+    pool = f"scale-{queue_type}-{n}"
+    before = await node.figures()
+    controller = controller_for(pool, amqp, management, n, queue_type)
+    samples: list[float] = []
+    histogram = controller.metrics.orphan_seconds
+    observe = histogram.observe
+
+    def observed(value: float, *args: Any, **kwargs: Any) -> None:
+        samples.append(value)
+        observe(value, *args, **kwargs)
+
+    histogram.observe = observed  # type: ignore[method-assign]
+    task = asyncio.create_task(controller.run())
+    try:
+        await asyncio.wait_for(controller.wait_leader(), 120)
+        keys = [f"k{i:05d}" for i in range(n)]
+        forwarded = controller.metrics.orphans.labels("forwarded")
+        began = time.perf_counter()
+        await publish(amqp, pool, keys)
+        while forwarded._value.get() < n:
+            if time.perf_counter() - began > 900:
+                raise TimeoutError(f"{forwarded._value.get()} of {n} forwarded after 900 s")
+            await asyncio.sleep(0.05)
+        burst = time.perf_counter() - began
+        refused = controller.metrics.orphans.labels("overloaded")._value.get()
+        # Idle: anti-entropy passes only (loop_interval 5 s). CPU of this process per pass.
+        passes = controller.metrics.loop_seconds.labels("queues")
+        await asyncio.sleep(6)
+        count0, sum0 = _histogram(passes)
+        cpu0 = time.process_time()
+        await asyncio.sleep(21)
+        cpu = time.process_time() - cpu0
+        count1, sum1 = _histogram(passes)
+        rss = rss_mb()
+        listings = []
+        for _ in range(3):  # the anti-entropy listing itself (management API, paged)
+            t = time.perf_counter()
+            listed = await _topology.list_request_queues(controller.api, controller.names)
+            listings.append(time.perf_counter() - t)
+        assert len(listed) == n, f"{len(listed)} request queues listed, {n} expected"
+        after = await node.settled_figures(n)
+    finally:
+        controller.stop()
+        await asyncio.wait_for(task, 120)
+        await node.drop_vhost(vhost)
+    done = count1 - count0
+    return {
+        "type": queue_type,
+        "n": n,
+        "burst_s": burst,
+        "keys_per_s": n / burst,
+        "refused": refused,
+        "orphan_p50_ms": 1000 * statistics.median(samples),
+        "orphan_p99_ms": 1000 * quantile(samples, 0.99),
+        "cpu_per_pass_ms": 1000 * cpu / done if done else float("nan"),
+        "converge_wall_ms": 1000 * (sum1 - sum0) / done if done else float("nan"),
+        "list_wall_ms": 1000 * statistics.median(listings),
+        "rss_mb": rss,
+        "broker_kb_per_queue": (after["mem_used"] - before["mem_used"]) / n / 1024,
+        "fd_per_queue": (after["fd_used"] - before["fd_used"]) / n,
+        "proc_per_queue": (after["proc_used"] - before["proc_used"]) / n,
+        "fd_total": after["fd_total"],
+    }
+
+
+def _histogram(histogram: Any) -> tuple[float, float]:
+    count = total = 0.0
+    for metric in histogram.collect():
+        for sample in metric.samples:
+            if sample.name.endswith("_count"):
+                count = sample.value
+            elif sample.name.endswith("_sum"):
+                total = sample.value
+    return count, total
+
+
+def tracked_in_memory(n: int) -> dict[str, Any]:
+    """One pass of each loop's work with `n` tracked groups, no broker."""
+    gc.collect()
+    tracemalloc.start()
+    tracker = PoolStateTracker(unbind_delay=3600, stop_delay=3600, initial=[])
+    for i in range(n):
+        tracker.require(f"k{i:05d}")
+    held = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    expected = tracker.state.value.groups
+    actual = dict.fromkeys(expected, GroupStatus.ACTIVE)
+    running = set(expected)
+
+    def timed(fn: Any, repeat: int = 20) -> float:
+        times = []
+        for _ in range(repeat):
+            t = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t)
+        return 1000 * statistics.median(times)
+
+    count = GroupCount(
+        expected=lambda: tracker.state.value.groups,
+        running=lambda: running,
+        actual=lambda: actual,
+        removals=lambda: tracker.removals,
+    )
+    admission = Admission(
+        max_groups=None, capacity=lambda: None, groups=count, broker=None,
+        limits=BrokerLimitSettings(),
+    )  # fmt: skip
+
+    def burst_of_new_keys(keys: int = 1000) -> None:
+        """What a burst costs the controller per new key: admit, then require."""
+        for i in range(keys):
+            key = f"new{i:05d}"
+            if admission.group_cap(key) is None:
+                tracker.require(key)
+
+    return {
+        "n": n,
+        "tracker_mb": held / 2**20,
+        "plan_queues_ms": timed(lambda: _reconcile.plan_queues(expected, actual)),
+        "plan_groups_ms": timed(lambda: _reconcile.plan_groups(set(expected), running, set())),
+        "advance_ms": timed(tracker.advance),
+        "advance_full_scan_ms": timed(lambda: _full_scan(tracker)),
+        "admit_new_key_ms": timed(lambda: admission.group_cap("new")),
+        "require_ms": timed(lambda: tracker.require(f"k{n // 2:05d}")),
+        "burst_1000_new_keys_ms": timed(burst_of_new_keys, repeat=1),
+    }
+
+
+def _full_scan(tracker: PoolStateTracker) -> None:
+    """`advance` as when a deadline has passed: it walks every group (none is due here)."""
+    tracker._next = -math.inf  # noqa: SLF001  (the bench forces the scan it measures)
+    tracker.advance()
+
+
+async def guard(burst: int) -> dict[str, Any]:
+    """A node at 1024 open files, a burst of quorum keys past what it holds."""
+    set_open_files(1024)
+    node = Node(RabbitNode.start_new())
+    try:
+        amqp, management = node.urls("/")
+        pool = "guard"
+        before = await node.figures()
+        controller = controller_for(pool, amqp, management, burst, "quorum", fd_headroom=128)
+        task = asyncio.create_task(controller.run())
+        try:
+            await asyncio.wait_for(controller.wait_leader(), 120)
+            began = time.perf_counter()
+            await publish(amqp, pool, [f"g{i:04d}" for i in range(burst)])
+            orphans = controller.metrics.orphans
+            while (
+                orphans.labels("forwarded")._value.get() + orphans.labels("overloaded")._value.get()
+                < burst
+            ):
+                if time.perf_counter() - began > 600:
+                    raise TimeoutError("guard burst not handled in 600 s")
+                await asyncio.sleep(0.1)
+            took = time.perf_counter() - began
+            forwarded = orphans.labels("forwarded")._value.get()
+            refused = orphans.labels("overloaded")._value.get()
+            await asyncio.sleep(6)
+            after = await node.figures()
+            # Does the node still complete handshakes?
+            try:
+                connection = await aio_pika.connect(amqp, timeout=20)
+                await connection.close()
+                handshake = "ok"
+            except (TimeoutError, OSError, aio_pika.exceptions.AMQPError) as exc:
+                handshake = f"failed: {type(exc).__name__}"
+            doc = controller.status()
+        finally:
+            controller.stop()
+            await asyncio.wait_for(task, 120)
+        return {
+            "burst": burst,
+            "forwarded": forwarded,
+            "refused_overloaded": refused,
+            "seconds": took,
+            "fd_before": before["fd_used"],
+            "fd_after": after["fd_used"],
+            "fd_total": after["fd_total"],
+            "handshake_after": handshake,
+            "fds_per_queue": controller.settings.broker.fds_per_queue,
+            "refusing": doc.admission.refusing if doc.admission else None,
+        }
+    finally:
+        await node.http.aclose()
+        await asyncio.to_thread(node.node.close)
+
+
+def growth(rows: list[dict[str, Any]], field: str) -> str:
+    parts = []
+    for a, b in zip(rows, rows[1:], strict=False):
+        if a[field] and a[field] == a[field]:
+            parts.append(f"x{b[field] / a[field]:.2f} for x{b['n'] / a['n']:.0f} keys")
+    return ", ".join(parts)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="*", default=[100, 1000, 5000])
+    parser.add_argument("--types", nargs="*", default=["quorum", "classic"])
+    parser.add_argument("--tracked", type=int, default=10_000, help="(0: skip)")
+    parser.add_argument("--guard", type=int, default=600, help="guard burst (0: skip)")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("osrdyne.controller._orphans").setLevel(logging.ERROR)  # one per refusal
+    results: dict[str, Any] = {"sizes": [], "tracked": None, "guard": None}
+
+    if args.sizes and args.types:
+        await sizes(args, results)
+    if args.tracked:
+        results["tracked"] = tracked_in_memory(args.tracked)
+        print("tracked in memory:", json.dumps(results["tracked"]), flush=True)
+    if args.guard:
+        results["guard"] = await guard(args.guard)
+        print("guard (1024 open files):", json.dumps(results["guard"]), flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+
+
+async def sizes(args: argparse.Namespace, results: dict[str, Any]) -> None:
+    set_open_files(65536)
+    node = Node(await asyncio.to_thread(RabbitNode.start_new))
+    try:
+        for queue_type in args.types:
+            rows = []
+            for n in args.sizes:
+                row = await one_size(node, queue_type, n)
+                rows.append(row)
+                print(json.dumps({k: round(v, 3) if isinstance(v, float) else v
+                                  for k, v in row.items()}), flush=True)  # fmt: skip
+            results["sizes"].extend(rows)
+            for field in ("burst_s", "orphan_p99_ms", "cpu_per_pass_ms", "list_wall_ms", "rss_mb",
+                          "broker_kb_per_queue", "fd_per_queue"):  # fmt: skip
+                print(f"  {queue_type} {field}: {growth(rows, field)}")
+    finally:
+        await node.http.aclose()
+        await asyncio.to_thread(node.node.close)
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(main())

@@ -1,0 +1,142 @@
+"""Bursts at the broker's pace: a burst of 1000 new keys is forwarded in full (every request in
+its new queue, none lost or answered `overloaded` under the default caps), and a controller
+process that gets SIGTERM in the middle of a burst exits within its grace with every request
+either forwarded or still in the orphan queue. Real broker, noop driver (no workers: the
+requests stay in their queues, where they are counted), classic queues (cheap for the shared
+broker)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aio_pika
+import pytest
+
+from osrdyne.wire import PoolNames
+from tests import broker
+from tests.conftest import Running, raw_connection, settings_dict
+from tests.faults.conftest import ControllerProcess
+from tests.waiting import eventually
+
+MakeController = Callable[..., Awaitable[Running]]
+
+
+async def publish_burst(pool: str, keys: list[str]) -> None:
+    """One request per key, published as fast as the broker confirms."""
+    async with raw_connection(broker.AMQP_URL) as connection:
+        channel = await connection.channel(publisher_confirms=True)
+        exchange = await channel.get_exchange(PoolNames(pool).request_exchange, ensure=False)
+        await asyncio.gather(
+            *(
+                exchange.publish(aio_pika.Message(key.encode()), routing_key=key, mandatory=True)
+                for key in keys
+            )
+        )
+
+
+async def messages_by_queue(pool: str) -> dict[str, int]:
+    """Messages of every queue of `pool` the management API counts (a few seconds late)."""
+    async with broker.management() as http:
+        found: dict[str, int] = {}
+        page = 1
+        while True:
+            response = await http.get(
+                "/queues/%2F",
+                params={"name": f"^{pool}-", "use_regex": "true", "page": page,
+                        "page_size": 500, "columns": "name,messages"},
+            )  # fmt: skip
+            response.raise_for_status()
+            doc = response.json()
+            found.update({q["name"]: int(q.get("messages") or 0) for q in doc["items"]})
+            if page >= doc.get("page_count", 1):
+                return found
+            page += 1
+
+
+async def test_a_burst_of_1000_new_keys_is_forwarded_in_full(
+    make_controller: MakeController, pool: str
+) -> None:
+    running = await make_controller(
+        pool, driver={"kind": "noop"}, queues={"type": "classic"}, groups={"loop_interval": 5}
+    )
+    admission = running.controller.status().admission
+    assert admission is not None and admission.broker_room is not None
+    if admission.broker_room < 1000:  # e.g. a broker left at 1024 open files
+        pytest.skip(f"the broker has room for {admission.broker_room} new queues, not 1000")
+    keys = [f"k{i:04d}" for i in range(1000)]
+    await publish_burst(pool, keys)
+    orphans = running.controller.metrics.orphans
+    await eventually(
+        lambda: orphans.labels("forwarded")._value.get() >= 1000, timeout=300, what="forwarded"
+    )
+    assert orphans.labels("overloaded")._value.get() == 0
+    names = PoolNames(pool)
+
+    async def every_request_in_its_queue() -> bool:
+        queues = await messages_by_queue(pool)
+        return all(queues.get(names.request_queue(k)) == 1 for k in keys)
+
+    await eventually(every_request_in_its_queue, timeout=120, interval=2, what="all in queues")
+    doc = running.controller.status()
+    assert doc.admission is not None and doc.admission.groups == 1000
+
+
+async def test_sigterm_mid_burst_exits_within_grace_and_loses_nothing(
+    pool: str, tmp_path: Path
+) -> None:
+    grace = 3.0
+    settings = settings_dict(
+        pool,
+        tmp_path / "workers",
+        driver={"kind": "noop"},
+        queues={"type": "classic"},
+        amqp={"stop_grace": grace},
+    )
+    config = tmp_path / "osrdyne.toml"
+    from tests.faults.conftest import to_toml
+
+    config.write_text(to_toml(settings))
+    process = ControllerProcess(config, tmp_path / "controller.log")
+    try:
+        await eventually(lambda: broker.pool_declared(pool), timeout=60, what="pool declared")
+        await eventually(lambda: _leads(pool), timeout=60, what="leading")
+        keys = [f"s{i:03d}" for i in range(300)]
+        await publish_burst(pool, keys)
+        await eventually(
+            lambda: _some_request_queues(pool), timeout=60, interval=0.05, what="mid-burst"
+        )
+        process.process.send_signal(signal.SIGTERM)
+        # A bound on top of the grace (the interpreter's start-up and exit), not a speed.
+        code = await asyncio.to_thread(process.process.wait, grace + 20)
+        assert code == 0, Path(process.log).read_text()[-3000:]
+    except subprocess.TimeoutExpired:
+        raise AssertionError("the controller did not exit within its grace") from None
+    finally:
+        process.terminate()
+    names = PoolNames(pool)
+
+    async def all_accounted() -> Any:
+        queues = await messages_by_queue(pool)
+        forwarded = sum(1 for k in keys if queues.get(names.request_queue(k)) == 1)
+        waiting = queues.get(names.orphan_queue, 0)
+        refused = queues.get(names.poison_queue, 0)  # overloaded, no reply_to: kept as poison
+        return forwarded + waiting + refused == len(keys) and (forwarded, waiting)
+
+    forwarded, waiting = await eventually(all_accounted, timeout=60, interval=2, what="counted")
+    assert forwarded > 0  # it was mid-burst: some forwarded, the rest wait for the next leader
+
+
+async def _leads(pool: str) -> bool:
+    queue = PoolNames(pool).orphan_queue
+    async with broker.management() as http:
+        response = await http.get(f"/queues/%2F/{queue}")
+    return response.status_code == 200 and bool(response.json().get("consumers"))
+
+
+async def _some_request_queues(pool: str) -> bool:
+    return len(await broker.request_queues(pool)) >= 10

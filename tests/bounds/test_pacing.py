@@ -1,0 +1,51 @@
+"""The pace of the queue loop's broker operations, without a broker: additive increase while
+operations succeed, halved on congestion, never past the floor or the ceiling, and never more
+operations at once than the limit."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from osrdyne.controller._pacing import AimdLimit
+
+
+def test_additive_increase_multiplicative_decrease_within_bounds() -> None:
+    pace = AimdLimit(initial=8, minimum=1, maximum=32)
+    for _ in range(8):
+        pace.success()
+    assert pace.limit == 8  # 8.97: 1/limit per success, the limit growing as it goes
+    pace.success()
+    assert pace.limit == 9
+    for _ in range(1000):
+        pace.success()
+    assert pace.limit == 32
+    pace.congestion()
+    assert pace.limit == 16
+    for _ in range(10):
+        pace.congestion()
+    assert pace.limit == 1
+    with pytest.raises(ValueError):
+        AimdLimit(initial=0, maximum=4)
+
+
+async def test_never_more_at_once_than_the_limit() -> None:
+    pace = AimdLimit(initial=3, maximum=3)
+    running = peak = 0
+
+    async def operation() -> None:
+        nonlocal running, peak
+        async with pace.slot():
+            running += 1
+            peak = max(peak, running)
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+            running -= 1
+
+    await asyncio.gather(*(operation() for _ in range(50)))
+    assert peak == 3 and pace.in_use == 0
+    pace.congestion()  # 1.5: one at a time
+    peak = 0
+    await asyncio.gather(*(operation() for _ in range(10)))
+    assert peak == 1
