@@ -157,12 +157,14 @@ class Controller:
             s.amqp.url,
             name=_leadership.connection_name(s.pool, self.instance, self.api_url),
             timeout=s.amqp.connect_timeout,
+            shuffle=s.amqp.shuffle,
         )
         lost = asyncio.Event()
         connection.close_callbacks.add(lambda *_: lost.set())
         try:
-            channel = await connection.channel()
-            await _topology.declare_pool(channel, self.names)
+            await _topology.declare_pool(
+                connection, self.names, replicated=bool(s.queues.replicate_pool_queues)
+            )
             await _topology.apply_policy(self.api, self.names, s.queues)
             self._set_role(Role.STANDBY)
             acquiring = asyncio.create_task(_leadership.acquire(connection, self.names))
@@ -386,7 +388,7 @@ def _worker(info: Any) -> WorkerInfo:
 
 def _make_driver(settings: Settings) -> Driver:
     context = PoolContext(
-        pool=settings.pool, amqp_uri=settings.amqp.worker_url or settings.amqp.url
+        pool=settings.pool, amqp_uri=wire.join_urls(settings.amqp.worker_url or settings.amqp.url)
     )
     return registry.make_driver(settings.driver.kind, settings.driver.sections, context)
 
