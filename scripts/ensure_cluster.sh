@@ -3,6 +3,7 @@
 #
 #   scripts/ensure_cluster.sh            # start (or reuse) the cluster, print its URLs
 #   scripts/ensure_cluster.sh --stop     # stop the three nodes (their data is kept)
+#   scripts/ensure_cluster.sh --stop N   # stop node N (1-3) only, gracefully
 #   scripts/ensure_cluster.sh --start N  # (re)start node N (1-3) only, e.g. after a kill
 #   scripts/ensure_cluster.sh --purge    # stop and delete every file of the cluster
 #
@@ -152,7 +153,14 @@ print_urls() {
 }
 
 case "${1:-}" in
-  --stop) stop_all; exit 0 ;;
+  --stop)
+    if [[ -n ${2:-} ]]; then
+      log "stopping $(node_name "$2")"
+      ctl "$2" stop >/dev/null 2>&1 || true
+    else
+      stop_all
+    fi
+    exit 0 ;;
   --purge) stop_all; rm -rf "$BASE"; exit 0 ;;
   --start) prepare; start_node "$2"; wait_node "$2"; exit 0 ;;
   "") ;;
