@@ -158,6 +158,7 @@ class Controller:
             name=_leadership.connection_name(s.pool, self.instance, self.api_url),
             timeout=s.amqp.connect_timeout,
             shuffle=s.amqp.shuffle,
+            heartbeat=s.amqp.heartbeat,
         )
         lost = asyncio.Event()
         connection.close_callbacks.add(lambda *_: lost.set())

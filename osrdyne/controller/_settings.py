@@ -72,6 +72,15 @@ class AmqpSettings(BaseModel):
         description="Try the AMQP addresses in a random order (spreads controllers and their "
         "workers over the nodes) instead of the order given.",
     )
+    heartbeat: int = Field(
+        default=10,
+        ge=0,
+        le=600,
+        description="AMQP heartbeat of the controller's connection, in seconds (0: none), "
+        "unless a URL names its own (`?heartbeat=`): a node that stops answering (paused, "
+        "cut off) is left for the next address after 3 x (heartbeat + 1) seconds. Put "
+        "`?heartbeat=N` in the URLs to set it for the workers too.",
+    )
     connect_timeout: float = Field(default=10.0, description="Seconds per connection attempt.")
     operation_timeout: float = Field(
         default=10.0,

@@ -81,13 +81,35 @@ def _retrying(attempts: int) -> tenacity.AsyncRetrying:
         retry=tenacity.retry_if_exception_type(CONNECT_ERRORS),
         stop=tenacity.stop_after_attempt(attempts),
         wait=tenacity.wait_exponential(multiplier=0.05, max=1.0),
-        before_sleep=tenacity.before_sleep_log(logger, logging.INFO),
+        before_sleep=_say_next,
         reraise=True,
     )
 
 
+def _say_next(state: tenacity.RetryCallState) -> None:
+    error = state.outcome.exception() if state.outcome is not None else None
+    pause = state.next_action.sleep if state.next_action is not None else 0.0
+    logger.info("broker node unreachable (%s); next address in %.2f s", error, pause)
+
+
+def with_heartbeat(url: str, heartbeat: int | None) -> yarl.URL:
+    """`url` with `heartbeat` seconds in its query, unless it names its own (`?heartbeat=`).
+
+    The client's value is the one used: aiormq answers the broker's proposal with its own
+    (60 s when none is given), and declares a silent node dead after 3 x (heartbeat + 1) s."""
+    parsed = yarl.URL(url)
+    if heartbeat is None or "heartbeat" in parsed.query:
+        return parsed
+    return parsed.update_query(heartbeat=heartbeat)
+
+
 async def connect(
-    urls: Urls, *, name: str, timeout: float | None = None, shuffle: bool = False
+    urls: Urls,
+    *,
+    name: str,
+    timeout: float | None = None,
+    shuffle: bool = False,
+    heartbeat: int | None = None,
 ) -> aio_pika.abc.AbstractConnection:
     """A plain connection to the first of `urls` that answers, shown as `name` by the broker.
 
@@ -95,10 +117,8 @@ async def connect(
     order = _order(urls, shuffle)
     async for attempt in _retrying(len(order)):
         with attempt:
-            url = order[attempt.retry_state.attempt_number - 1]
-            connection = aio_pika.Connection(
-                aio_pika.connection.make_url(url), client_properties={"connection_name": name}
-            )
+            url = with_heartbeat(order[attempt.retry_state.attempt_number - 1], heartbeat)
+            connection = aio_pika.Connection(url, client_properties={"connection_name": name})
             return await _open(connection, timeout)
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -110,10 +130,11 @@ async def connect_robust(
     timeout: float | None = None,
     reconnect_interval: float = 1.0,
     shuffle: bool = False,
+    heartbeat: int | None = None,
 ) -> aio_pika.abc.AbstractRobustConnection:
     """A connection that reconnects by itself, to the next of `urls` when its node is lost, and
     restores its declared channels there. The first connection is made like `connect`'s."""
-    order = [yarl.URL(url) for url in _order(urls, shuffle)]
+    order = [with_heartbeat(url, heartbeat) for url in _order(urls, shuffle)]
     async for attempt in _retrying(len(order)):
         with attempt:
             connection = FailoverConnection(
