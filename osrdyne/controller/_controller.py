@@ -97,6 +97,8 @@ class Controller:
         self.history = KeyHistory()
         #: Base URL of this controller's HTTP API, shown to other controllers of the pool.
         self.api_url: str | None = None
+        #: Which of the broker addresses the next session tries first.
+        self._first_node = 0
         self._stopping = asyncio.Event()
         self._became_leader = asyncio.Event()
 
@@ -133,6 +135,9 @@ class Controller:
                     failures = 0
                 except SESSION_ERRORS as exc:
                     failures += 1
+                    # The next session starts at the next address: a node that accepts
+                    # connections but cannot serve (partitioned, booting) is not retried first.
+                    self._first_node += 1
                     self.last_error = logs.redact(f"{type(exc).__name__}: {exc}")
                     logger.warning(
                         "session %d of pool %r ended: %s",
@@ -153,8 +158,9 @@ class Controller:
 
     async def _session(self) -> None:
         s = self.settings
+        first = self._first_node % len(s.amqp.url)
         connection = await wire.connect(
-            s.amqp.url,
+            s.amqp.url[first:] + s.amqp.url[:first],
             name=_leadership.connection_name(s.pool, self.instance, self.api_url),
             timeout=s.amqp.connect_timeout,
             shuffle=s.amqp.shuffle,
@@ -163,9 +169,12 @@ class Controller:
         lost = asyncio.Event()
         connection.close_callbacks.add(lambda *_: lost.set())
         try:
-            await _topology.declare_pool(
-                connection, self.names, replicated=bool(s.queues.replicate_pool_queues)
-            )
+            # Bounded: on a node cut off from its cluster a quorum queue's declare waits for
+            # a leader that cannot be elected; the session ends and the next tries elsewhere.
+            async with asyncio.timeout(s.amqp.operation_timeout):
+                await _topology.declare_pool(
+                    connection, self.names, replicated=bool(s.queues.replicate_pool_queues)
+                )
             await _topology.apply_policy(self.api, self.names, s.queues)
             self._set_role(Role.STANDBY)
             acquiring = asyncio.create_task(_leadership.acquire(connection, self.names))

@@ -118,6 +118,7 @@ async def report(cluster: Cluster, pool: str, running: Running, caller: Caller) 
     if row["lost"] or row["errors"]:
         print("DIAG", await cluster.queues(pool))
         print("DIAG", caller.describe(tally.pending()))
+        print("DIAG role", running.controller.role, running.controller.last_error)
     assert row["lost"] == 0, row
     assert row["errors"] == {}, row
     assert row["ok"] == row["sent"], row
