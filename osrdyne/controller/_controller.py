@@ -97,6 +97,8 @@ class Controller:
         self.history = KeyHistory()
         #: Base URL of this controller's HTTP API, shown to other controllers of the pool.
         self.api_url: str | None = None
+        #: `host:port` of the broker node the session is on (None between sessions).
+        self.broker: str | None = None
         #: Which of the broker addresses the next session tries first.
         self._first_node = 0
         self._stopping = asyncio.Event()
@@ -166,6 +168,8 @@ class Controller:
             shuffle=s.amqp.shuffle,
             heartbeat=s.amqp.heartbeat,
         )
+        url = getattr(connection, "url", None)  # aio_pika.Connection's, not in its ABC
+        self.broker = f"{url.host}:{url.port}" if url is not None else None
         lost = asyncio.Event()
         connection.close_callbacks.add(lambda *_: lost.set())
         try:
@@ -186,6 +190,7 @@ class Controller:
             # The broker dropped us if the connection closed before we closed it; said only
             # when nothing else ended the session (else that is the cause to report).
             dropped = lost.is_set()
+            self.broker = None
             if not connection.is_closed:
                 await connection.close()
         if dropped and not self._stopping.is_set():
@@ -339,6 +344,7 @@ class Controller:
             role=self.role,
             sessions=self.sessions,
             last_error=self.last_error,
+            broker=self.broker,
             driver=self.settings.driver.kind,
             time=time.time(),
         )

@@ -232,5 +232,12 @@ async def cluster_pool(
     test = request.node.name.split("[")[0].replace("_", "")[:12]
     pool = f"t-{test}-{uuid.uuid4().hex[:6]}"
     yield pool
-    # Through a node that is up (`healthy_cluster` restores the others after this).
+    # The nodes restored first: deleting a quorum queue waits for its members that are down.
+    await asyncio.to_thread(healthy_cluster.restore)
+    await eventually(
+        lambda: _all_running(healthy_cluster),
+        what="three running nodes",
+        timeout=120,
+        interval=0.5,
+    )
     await healthy_cluster.delete_pool(pool)
