@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import logging
 import os
@@ -47,7 +48,7 @@ if str(REPO) not in sys.path:
 from osrdyne import Client  # noqa: E402
 from osrdyne.controller import Controller, Settings  # noqa: E402
 from osrdyne.exceptions import ClientError  # noqa: E402
-from tests.cluster.conftest import Cluster  # noqa: E402
+from tests.cluster.conftest import Cluster, _all_running  # noqa: E402
 
 AMQP_URL = os.environ.get("RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
 MANAGEMENT_URL = os.environ.get("RABBITMQ_MANAGEMENT_URL", "http://127.0.0.1:15672")
@@ -149,13 +150,38 @@ async def time_to_answer(target: Target, kill: Any) -> float:
     killed_at = time.monotonic()
     await loop.run_in_executor(None, kill)
     deadline = killed_at + 120
+    seen: collections.Counter[str] = collections.Counter()
     while time.monotonic() < deadline:
         try:
             await target.call(timeout=1.0)
             return time.monotonic() - killed_at
-        except (ClientError, RuntimeError):
+        except (ClientError, RuntimeError) as exc:
+            seen[type(exc).__name__] += 1
             await asyncio.sleep(0.01)
-    raise TimeoutError("no answer within 120 s of the kill")
+    raise TimeoutError(f"no answer within 120 s of the kill; errors: {dict(seen)}")
+
+
+async def diagnose(cluster: Cluster, target: Target) -> None:
+    """What the broker says of the pool's queues, and where the client is (after a failure)."""
+    connection = target.client._connection
+    print("client on", getattr(connection, "url", None), "controller on", target.controller.broker)
+    for q in await cluster.queues(target.pool):
+        print(" ", q["name"], q.get("leader"), q.get("online"), q.get("messages"))
+
+
+async def healthy(cluster: Cluster, target: Target) -> None:
+    """Every node back, no partition seen, the key's queue with its three members online."""
+    await asyncio.to_thread(cluster.restore)
+    from osrdyne.wire import PoolNames
+
+    name = PoolNames(target.pool).request_queue(KEY)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        queue = await cluster.api(f"/queues/%2F/{name}")
+        if await _all_running(cluster) and queue and len(queue.get("online", [])) == 3:
+            return
+        await asyncio.sleep(0.5)
+    raise TimeoutError("the cluster did not heal within 180 s")
 
 
 async def leader_of(cluster: Cluster, target: Target) -> int:
@@ -192,6 +218,7 @@ async def run(args: argparse.Namespace) -> None:
                     flush=True,
                 )
         await single.close(None)
+        await healthy(cluster, clustered)
         for _ in range(args.kills):
             # The node leading the key's queue, but not the one the connections are on.
             node = await leader_of(cluster, clustered)
@@ -202,13 +229,18 @@ async def run(args: argparse.Namespace) -> None:
             kind = "node of every connection" if node == everyone else "leader node"
             kills[kind].append(seconds)
             print(f"kill of {kind} (c{node}): first answer after {seconds:.2f} s", flush=True)
-            await asyncio.to_thread(cluster.restore)
-            node = await cluster.node_of_connection(f"osrdyne {clustered.pool} ")
-            assert node is not None
+            await healthy(cluster, clustered)
+            node = None
+            while node is None:  # the management API lists a new connection within seconds
+                node = await cluster.node_of_connection(f"osrdyne {clustered.pool} ")
+                await asyncio.sleep(0.5)
             seconds = await time_to_answer(clustered, lambda n=node: cluster.kill(n))
             kills["node of every connection"].append(seconds)
             print(f"kill of the connections' node (c{node}): first answer after {seconds:.2f} s")
-            await asyncio.to_thread(cluster.restore)
+            await healthy(cluster, clustered)
+    except TimeoutError:
+        await diagnose(cluster, clustered)
+        raise
     finally:
         await single.close(None) if single.task and not single.task.done() else None
         await clustered.close(cluster)

@@ -34,6 +34,7 @@ import aio_pika.abc
 import aio_pika.exceptions
 import aiormq
 import aiormq.abc
+import aiormq.exceptions
 
 from osrdyne import exceptions, wire
 from osrdyne.client._response import Response
@@ -303,6 +304,12 @@ class Client:
         ) as exc:
             raise exceptions.ConnectionLost(
                 f"cannot publish to pool {pool!r} while the connection is down: {exc}"
+            ) from exc
+        except aiormq.exceptions.DeliveryError as exc:
+            # A negative confirm: e.g. the key's quorum queue has no leader for a moment
+            # after a cluster node was lost. Nothing was queued: the caller may retry at once.
+            raise exceptions.RequestRefused(
+                f"the broker did not take the request for pool {pool!r} key {key!r}: {exc}"
             ) from exc
         except aio_pika.exceptions.ChannelPreconditionFailed as exc:
             # A broker whose max_message_size is below `max_body` refuses the message (and
