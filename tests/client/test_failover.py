@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import urllib.parse
 
+import aio_pika
 import pytest
 
-from osrdyne import Client, wire
+from osrdyne import Client, PoolNames, RequestRefused, wire
 from osrdyne.controller import Settings
 from osrdyne.controller._management import ManagementApi
 from tests import broker
@@ -122,3 +123,24 @@ async def test_management_calls_fall_over_to_a_node_that_answers() -> None:
         assert api.node == broker.MANAGEMENT_URL.rstrip("/")
     finally:
         await api.close()
+
+
+async def test_a_request_the_broker_nacks_raises_request_refused(pool: str) -> None:
+    """A negative publisher confirm (as a quorum queue electing a leader gives) is our error,
+    not aiormq's. Caused for real: a queue that rejects every publish (`reject-publish`)."""
+    connection = await wire.connect(broker.AMQP_URL, name="test refused setup")
+    try:
+        channel = await connection.channel()
+        exchange = await channel.declare_exchange(
+            PoolNames(pool).request_exchange, aio_pika.ExchangeType.DIRECT, auto_delete=True
+        )
+        queue = await channel.declare_queue(
+            f"{pool}-full", arguments={"x-max-length": 0, "x-overflow": "reject-publish"}
+        )
+        await queue.bind(exchange, routing_key="full")
+        async with Client(broker.AMQP_URL, name="test refused") as client:
+            with pytest.raises(RequestRefused, match="did not take the request"):
+                await client.call(pool, "full", b"x", timeout=10)
+            assert not client._calls  # the call is forgotten
+    finally:
+        await connection.close()
