@@ -113,7 +113,12 @@ start_node() {
 
 wait_node() {
   local n=$1
-  ctl "$n" wait "$BASE/c$n/node.pid" --timeout 120 >/dev/null
+  # A node serving AMQP and its management API is up, whatever its pid file says (a node
+  # restarted by autoheal or by hand may have none); else wait for it to boot.
+  if port_open "$(amqp_port "$n")" && port_open "$(mgmt_port "$n")"; then return 0; fi
+  if [[ -f $BASE/c$n/node.pid ]]; then
+    ctl "$n" wait "$BASE/c$n/node.pid" --timeout 120 >/dev/null
+  fi
   for _ in $(seq 1 120); do
     if port_open "$(amqp_port "$n")" && port_open "$(mgmt_port "$n")"; then return 0; fi
     sleep 1
