@@ -67,7 +67,20 @@ class Cluster:
         return self.amqp_urls[n - 1]
 
     def pid(self, n: int) -> int:
-        return int((BASE / f"c{n}" / "node.pid").read_text().strip())
+        """The node's Erlang VM, found by its environment: the pid file goes when autoheal
+        restarts the broker inside the VM (and is not written again)."""
+        wanted = f"RABBITMQ_NODENAME={self.name(n)}".encode()
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            with contextlib.suppress(OSError):
+                if (entry / "comm").read_text().strip() != "beam.smp":
+                    continue
+                if b"escript" in (entry / "cmdline").read_bytes():
+                    continue  # a rabbitmqctl of the same environment
+                if wanted in (entry / "environ").read_bytes().split(b"\0"):
+                    return int(entry.name)
+        raise RuntimeError(f"no running VM for node {n}")
 
     def up(self, n: int) -> bool:
         return _port_open(5680 + n)
