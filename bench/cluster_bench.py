@@ -167,6 +167,25 @@ async def diagnose(cluster: Cluster, target: Target) -> None:
     print("client on", getattr(connection, "url", None), "controller on", target.controller.broker)
     for q in await cluster.queues(target.pool):
         print(" ", q["name"], q.get("leader"), q.get("online"), q.get("messages"))
+    # The same request on a fresh connection to each node: refused by the broker, or only on
+    # the client's channel?
+    import aio_pika
+
+    from osrdyne.wire import PoolNames
+
+    for n in (1, 2, 3):
+        if not cluster.up(n):
+            continue
+        async with await aio_pika.connect(cluster.amqp(n)) as connection:
+            channel = await connection.channel(publisher_confirms=True)
+            exchange = await channel.get_exchange(
+                PoolNames(target.pool).request_exchange, ensure=False
+            )
+            try:
+                await exchange.publish(aio_pika.Message(PAYLOAD), routing_key=KEY, timeout=5)
+                print(f"  a fresh connection to c{n}: publish confirmed")
+            except Exception as exc:  # diagnostics: whatever it is, say it
+                print(f"  a fresh connection to c{n}: {exc!r}")
 
 
 async def healthy(cluster: Cluster, target: Target) -> None:
