@@ -7,13 +7,14 @@ are down. The same moves on a real three-node cluster are in `tests/cluster/`.
 
 from __future__ import annotations
 
+import logging
 import urllib.parse
 
 import aio_pika
 import pytest
 
 from osrdyne import Client, PoolNames, RequestRefused, wire
-from osrdyne.controller import Settings
+from osrdyne.controller import Settings, _topology
 from osrdyne.controller._management import ManagementApi
 from tests import broker
 from tests.tcp_proxy import TcpProxy
@@ -142,5 +143,28 @@ async def test_a_request_the_broker_nacks_raises_request_refused(pool: str) -> N
             with pytest.raises(RequestRefused, match="did not take the request"):
                 await client.call(pool, "full", b"x", timeout=10)
             assert not client._calls  # the call is forgotten
+    finally:
+        await connection.close()
+
+
+async def test_a_pool_of_classic_queues_keeps_them_when_it_moves_to_a_cluster(
+    pool: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The broker cannot change a queue's type: a pool declared on one node (classic queues)
+    and then run with several addresses (quorum wanted) keeps its queues, with a warning,
+    instead of failing every session on PRECONDITION_FAILED."""
+    names = PoolNames(pool)
+    connection = await wire.connect(broker.AMQP_URL, name="test pool queue types")
+    try:
+        await _topology.declare_pool(connection, names, replicated=False)
+        with caplog.at_level(logging.WARNING, logger="osrdyne.controller._topology"):
+            await _topology.declare_pool(connection, names, replicated=True)
+        kept = [r.getMessage() for r in caplog.records if "keeping queue" in r.getMessage()]
+        assert len(kept) == 4, kept
+        async with broker.management() as http:
+            name = urllib.parse.quote(names.orphan_queue, safe="")
+            info = (await http.get(f"/queues/%2F/{name}")).json()
+        assert info["type"] == "classic"
+        assert not connection.is_closed
     finally:
         await connection.close()
