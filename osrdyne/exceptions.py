@@ -5,6 +5,9 @@
     │   ├── PoolNotFound             the pool's request exchange does not exist: is osrdyne
     │   │                            running for this pool? (fix the setup)
     │   ├── RequestTooLarge          the body exceeds the broker's message size limit
+    │   ├── RequestRefused           the broker did not take the request (negative publisher
+    │   │                            confirm: e.g. its queue electing a leader after a node
+    │   │                            loss); nothing was queued (retry)
     │   ├── RequestTimeout           no final answer in time (retry or give up; a late answer
     │   │                            is dropped and counted)
     │   └── ConnectionLost           the connection dropped while waiting; with direct
@@ -44,6 +47,10 @@ class PoolNotFound(ClientError):
 
 class RequestTooLarge(ClientError):
     """The request body is larger than the client's `max_body` (the broker would refuse it)."""
+
+
+class RequestRefused(ClientError):
+    """The broker nacked the request: it was not queued, and will not be answered."""
 
 
 class RequestTimeout(ClientError):

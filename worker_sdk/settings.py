@@ -6,8 +6,10 @@ defaults and are optional, so an OSRD core worker's environment is enough to run
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from osrdyne import wire
 
 
 class WorkerSettings(BaseSettings):
@@ -21,8 +23,10 @@ class WorkerSettings(BaseSettings):
     requests_queue: str = Field(description="Queue to consume requests from.")
     activity_exchange: str = Field(description="Exchange activity reports are published to.")
     amqp_uri: str = Field(
-        default="amqp://guest:guest@127.0.0.1:5672/%2F",
-        description="Broker URI (WORKER_AMQP_URI).",
+        default=wire.DEFAULT_URL,
+        description="Broker URI (WORKER_AMQP_URI); the nodes of a cluster comma-separated: "
+        "the worker connects to the first that answers and moves to the next when its node "
+        "is lost.",
     )
     concurrency: int = Field(
         default=4, ge=1, description="Requests handled at once; also the consumer prefetch."
@@ -75,3 +79,8 @@ class WorkerSettings(BaseSettings):
         gt=0,
         description="Seconds to wait at start for the request queue to exist before giving up.",
     )
+
+    @field_validator("amqp_uri")
+    @classmethod
+    def _addresses(cls, value: str) -> str:
+        return wire.join_urls(value)  # checked here, at start, not at the first connection

@@ -3,6 +3,9 @@
     async with Client("amqp://guest:guest@127.0.0.1/") as client:
         response = await client.call("core", "infra=42", b"...", timeout=30)
 
+The URL may be a list of a cluster's nodes (or one comma-separated string): the client uses
+the first that answers and moves to the next when its node is lost.
+
 Many calls share one connection and one channel consuming RabbitMQ's direct reply-to: each
 call has a correlation id mapped to a future, removed when the call ends. Requests are
 published with `mandatory` and publisher confirms; each carries its deadline (`x-deadline`)
@@ -31,6 +34,7 @@ import aio_pika.abc
 import aio_pika.exceptions
 import aiormq
 import aiormq.abc
+import aiormq.exceptions
 
 from osrdyne import exceptions, wire
 from osrdyne.client._response import Response
@@ -128,7 +132,7 @@ class _Call:
 class Client:
     def __init__(
         self,
-        url: str = "amqp://guest:guest@127.0.0.1:5672/%2F",
+        url: wire.Urls = wire.DEFAULT_URL,
         *,
         confirm: bool = True,
         expire: bool = True,
@@ -137,7 +141,8 @@ class Client:
         reply_queue_expires: float = 86400.0,
         max_body: int = 128 * 1024 * 1024,
     ) -> None:
-        self.url = url
+        #: The broker's nodes: the first that answers is used; a lost node, the next one.
+        self.urls = wire.split_urls(url)
         #: Wait for the broker's confirm of each request (off: faster, may lose requests).
         self.confirm = confirm
         #: Give each request an `expiration` equal to its timeout (queued time bounded).
@@ -170,7 +175,7 @@ class Client:
         await self.close()
 
     async def connect(self) -> None:
-        connection = await wire.connect_robust(self.url, name=self.name)
+        connection = await wire.connect_robust(self.urls, name=self.name)
         self._connection = connection
         self._connection.close_callbacks.add(self._on_close)
         self._connection.reconnect_callbacks.add(self._on_reconnect)
@@ -299,6 +304,12 @@ class Client:
         ) as exc:
             raise exceptions.ConnectionLost(
                 f"cannot publish to pool {pool!r} while the connection is down: {exc}"
+            ) from exc
+        except aiormq.exceptions.DeliveryError as exc:
+            # A negative confirm: e.g. the key's quorum queue has no leader for a moment
+            # after a cluster node was lost. Nothing was queued: the caller may retry at once.
+            raise exceptions.RequestRefused(
+                f"the broker did not take the request for pool {pool!r} key {key!r}: {exc}"
             ) from exc
         except aio_pika.exceptions.ChannelPreconditionFailed as exc:
             # A broker whose max_message_size is below `max_body` refuses the message (and

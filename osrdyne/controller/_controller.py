@@ -98,6 +98,10 @@ class Controller:
         self.history = KeyHistory()
         #: Base URL of this controller's HTTP API, shown to other controllers of the pool.
         self.api_url: str | None = None
+        #: `host:port` of the broker node the session is on (None between sessions).
+        self.broker_node: str | None = None
+        #: Which of the broker addresses the next session tries first.
+        self._first_node = 0
         self._stopping = asyncio.Event()
         self._became_leader = asyncio.Event()
 
@@ -134,6 +138,9 @@ class Controller:
                     failures = 0
                 except SESSION_ERRORS as exc:
                     failures += 1
+                    # The next session starts at the next address: a node that accepts
+                    # connections but cannot serve (partitioned, booting) is not retried first.
+                    self._first_node += 1
                     self.last_error = logs.redact(f"{type(exc).__name__}: {exc}")
                     logger.warning(
                         "session %d of pool %r ended: %s",
@@ -180,19 +187,28 @@ class Controller:
 
     async def _session(self) -> None:
         s = self.settings
+        first = self._first_node % len(s.amqp.url)
         async with asyncio.timeout(s.amqp.startup_timeout):
             connection = await wire.connect(
-                s.amqp.url,
+                s.amqp.url[first:] + s.amqp.url[:first],
                 name=_leadership.connection_name(s.pool, self.instance, self.api_url),
                 timeout=s.amqp.connect_timeout,
+                shuffle=s.amqp.shuffle,
+                heartbeat=s.amqp.heartbeat,
             )
+        url = getattr(connection, "url", None)  # aio_pika.Connection's, not in its ABC
+        self.broker_node = f"{url.host}:{url.port}" if url is not None else None
         lost = asyncio.Event()
         connection.close_callbacks.add(lambda *_: lost.set())
         try:
-            # Every start-up step is bounded: a broker that stopped answering ends the session.
+            # Every start-up step is bounded: a broker that stopped answering ends the session
+            # (on a node cut off from its cluster a quorum queue's declare waits for a leader
+            # that cannot be elected), and the next session tries the next address.
+            async with asyncio.timeout(min(s.amqp.operation_timeout, s.amqp.startup_timeout)):
+                await _topology.declare_pool(
+                    connection, self.names, replicated=bool(s.queues.replicate_pool_queues)
+                )
             async with asyncio.timeout(s.amqp.startup_timeout):
-                channel = await connection.channel()
-                await _topology.declare_pool(channel, self.names)
                 await _topology.apply_policy(self.api, self.names, s.queues)
             self._set_role(Role.STANDBY)
             acquiring = asyncio.create_task(_leadership.acquire(connection, self.names))
@@ -204,6 +220,7 @@ class Controller:
             # The broker dropped us if the connection closed before we closed it; said only
             # when nothing else ended the session (else that is the cause to report).
             dropped = lost.is_set()
+            self.broker_node = None
             await _close(connection, timeout=min(5.0, s.amqp.stop_grace / 4))
         if dropped and not self._stopping.is_set():
             raise ConnectionError("connection to the broker lost")
@@ -397,6 +414,7 @@ class Controller:
             role=self.role,
             sessions=self.sessions,
             last_error=self.last_error,
+            broker_node=self.broker_node,
             driver=self.settings.driver.kind,
             time=time.time(),
         )
@@ -458,7 +476,7 @@ def _worker(info: Any) -> WorkerInfo:
 
 def _make_driver(settings: Settings) -> Driver:
     context = PoolContext(
-        pool=settings.pool, amqp_uri=settings.amqp.worker_url or settings.amqp.url
+        pool=settings.pool, amqp_uri=wire.join_urls(settings.amqp.worker_url or settings.amqp.url)
     )
     return registry.make_driver(settings.driver.kind, settings.driver.sections, context)
 

@@ -3,8 +3,9 @@
 Listing queues and bindings (what exists, at start and for anti-entropy), queue details for
 status, policies, and the nodes' limits (`_broker_limits`). Credentials come from the
 management URL when it has them (else from the AMQP URL), and are taken out of it, so no
-error message can quote them. Transient
-failures (connection refused, 5xx) are retried with tenacity; anything else is raised as
+error message can quote them. Transient failures (connection refused, 5xx) are retried with
+tenacity, on the next node of a cluster when several management URLs are given; anything
+else is raised as
 `httpx.HTTPStatusError`.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import urllib.parse
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
@@ -26,14 +28,30 @@ def _transient(exc: BaseException) -> bool:
     return isinstance(exc, httpx.HTTPStatusError) and exc.response.status_code >= 500
 
 
+def _node(base_url: str, credentials: tuple[str, str]) -> tuple[str, tuple[str, str]]:
+    """(base URL without credentials, credentials) of one node."""
+    url = httpx.URL(base_url)
+    if url.username:
+        # Credentials in the URL win, and leave it: errors quote URLs, never passwords.
+        credentials = (url.username, url.password or "")
+        url = url.copy_with(username=None, password=None)
+    return str(url).rstrip("/"), credentials
+
+
 def _q(segment: str) -> str:
     return urllib.parse.quote(segment, safe="")
 
 
 class ManagementApi:
+    """The management API of a broker, through any of its nodes.
+
+    `base_urls` lists one URL per node of a cluster (or one comma-separated string). Calls go
+    to the node that answered last; a call that fails there for a transient reason is retried
+    on the next node, round after round, within `retry_for` seconds."""
+
     def __init__(
         self,
-        base_url: str,
+        base_urls: str | Sequence[str],
         *,
         vhost: str,
         credentials: tuple[str, str],
@@ -41,14 +59,12 @@ class ManagementApi:
         retry_for: float = 30.0,
     ) -> None:
         self.vhost = vhost
-        url = httpx.URL(base_url)
-        if url.username:
-            # Credentials in the URL win, and leave it: errors quote URLs, never passwords.
-            credentials = (url.username, url.password or "")
-            url = url.copy_with(username=None, password=None)
-        self._http = httpx.AsyncClient(
-            base_url=str(url).rstrip("/") + "/api", auth=credentials, timeout=timeout
-        )
+        items = base_urls.split(",") if isinstance(base_urls, str) else list(base_urls)
+        self._nodes = [_node(item.strip(), credentials) for item in items if item.strip()]
+        if not self._nodes:
+            raise ValueError("no management API address given")
+        self._current = 0
+        self._http = httpx.AsyncClient(timeout=timeout)
         self._retry = tenacity.AsyncRetrying(
             retry=tenacity.retry_if_exception(_transient),
             wait=tenacity.wait_exponential(multiplier=0.1, max=5),
@@ -56,6 +72,11 @@ class ManagementApi:
             before_sleep=tenacity.before_sleep_log(logger, logging.WARNING),
             reraise=True,
         )
+
+    @property
+    def node(self) -> str:
+        """The base URL of the node calls go to now (without credentials)."""
+        return self._nodes[self._current][0]
 
     async def close(self) -> None:
         await self._http.aclose()
@@ -67,10 +88,20 @@ class ManagementApi:
         # A fresh retry state per request: one shared by concurrent requests ends their tries.
         async for attempt in self._retry.copy():
             with attempt:
-                response = await self._http.request(method, path, **kwargs)
-                if missing_ok and response.status_code == 404:
-                    return None
-                response.raise_for_status()
+                current = self._current
+                base, auth = self._nodes[current]
+                try:
+                    response = await self._http.request(
+                        method, base + "/api" + path, auth=auth, **kwargs
+                    )
+                    if missing_ok and response.status_code == 404:
+                        return None
+                    response.raise_for_status()
+                except Exception as exc:
+                    if _transient(exc) and self._current == current:
+                        # This node is down or failing: the next attempt asks another one.
+                        self._current = (current + 1) % len(self._nodes)
+                    raise
                 return response.json() if response.content else None
         raise AssertionError("unreachable")  # pragma: no cover
 

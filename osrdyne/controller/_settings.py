@@ -10,19 +10,38 @@ from __future__ import annotations
 import tomllib
 import urllib.parse
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
 
 from drivers import registry
+from osrdyne import wire
 from osrdyne.controller import _config_errors
 from osrdyne.exceptions import ConfigurationError
+
+#: A list of addresses, also read from one comma-separated string (environment variables).
+AddressList = Annotated[list[str], NoDecode]
+
+
+def _split_http(value: Any) -> Any:
+    if isinstance(value, str):
+        value = value.split(",")
+    if isinstance(value, list | tuple):
+        found = [str(v).strip() for v in value if str(v).strip()]
+        if not found:
+            raise ValueError("no management API address given")
+        for url in found:
+            if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+                raise ValueError(f"not an http:// or https:// URL: {url!r}")
+        return found
+    return value
 
 
 class AmqpSettings(BaseModel):
@@ -30,18 +49,37 @@ class AmqpSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    url: str = Field(
-        default="amqp://guest:guest@127.0.0.1:5672/%2F",
-        description="AMQP URI of the broker; its path is the virtual host.",
+    url: AddressList = Field(
+        default=[wire.DEFAULT_URL],
+        description="AMQP URIs of the broker's nodes (a list, or one comma-separated string "
+        "in the environment); their path is the virtual host, the same for all. The "
+        "controller connects to the first that answers and moves to the next when its node "
+        "is lost; several addresses mean a cluster (see `queues.initial_group_size`).",
     )
-    management_url: str = Field(
-        default="http://127.0.0.1:15672",
-        description="Base URL of the RabbitMQ management HTTP API; its credentials, when it "
-        "has them, else those of `url`.",
+    management_url: AddressList = Field(
+        default=["http://127.0.0.1:15672"],
+        description="Base URLs of the RabbitMQ management HTTP API, one per node (a list, or "
+        "comma-separated); a call that fails on one node is retried on the next. Credentials "
+        "of each URL, when it has them, else those of `url`.",
     )
-    worker_url: str | None = Field(
+    worker_url: AddressList | None = Field(
         default=None,
-        description="AMQP URI handed to workers as WORKER_AMQP_URI; `url` when unset.",
+        description="AMQP URIs handed to workers as WORKER_AMQP_URI (comma-separated); `url` "
+        "when unset.",
+    )
+    shuffle: bool = Field(
+        default=False,
+        description="Try the AMQP addresses in a random order (spreads controllers and their "
+        "workers over the nodes) instead of the order given.",
+    )
+    heartbeat: int = Field(
+        default=10,
+        ge=0,
+        le=600,
+        description="AMQP heartbeat of the controller's connection, in seconds (0: none), "
+        "unless a URL names its own (`?heartbeat=`): a node that stops answering (paused, "
+        "cut off) is left for the next address after 3 x (heartbeat + 1) seconds. Put "
+        "`?heartbeat=N` in the URLs to set it for the workers too.",
     )
     connect_timeout: float = Field(default=10.0, description="Seconds per connection attempt.")
     operation_timeout: float = Field(
@@ -74,18 +112,46 @@ class AmqpSettings(BaseModel):
         "redelivered to the next leader). The driver is closed after that.",
     )
 
+    @field_validator("url", "worker_url", mode="before")
+    @classmethod
+    def _amqp_urls(cls, value: Any) -> Any:
+        if value is None or not isinstance(value, str | list | tuple):
+            return value
+        return wire.split_urls(value)
+
+    @field_validator("management_url", mode="before")
+    @classmethod
+    def _http_urls(cls, value: Any) -> Any:
+        return _split_http(value)
+
+    @model_validator(mode="after")
+    def _one_vhost(self) -> AmqpSettings:
+        vhosts = {_vhost(url) for url in self.url}
+        if len(vhosts) > 1:
+            raise ValueError(f"the addresses in `url` name different virtual hosts: {vhosts}")
+        return self
+
+    @property
+    def clustered(self) -> bool:
+        """Several broker addresses: the nodes of a cluster."""
+        return len(self.url) > 1
+
     @property
     def vhost(self) -> str:
-        path = urllib.parse.urlsplit(self.url).path.lstrip("/")
-        return urllib.parse.unquote(path) if path else "/"
+        return _vhost(self.url[0])
 
     @property
     def credentials(self) -> tuple[str, str]:
-        parts = urllib.parse.urlsplit(self.url)
+        parts = urllib.parse.urlsplit(self.url[0])
         return (
             urllib.parse.unquote(parts.username or "guest"),
             urllib.parse.unquote(parts.password or "guest"),
         )
+
+
+def _vhost(url: str) -> str:
+    path = urllib.parse.urlsplit(url).path.lstrip("/")
+    return urllib.parse.unquote(path) if path else "/"
 
 
 class GroupSettings(BaseModel):
@@ -230,6 +296,27 @@ class QueueSettings(BaseModel):
         description="Most requests kept in the poison queue; the oldest are dropped first "
         "(a flood of bad requests cannot fill the broker).",
     )
+    initial_group_size: int | None = Field(
+        default=None,
+        ge=1,
+        description="Replicas of each quorum request queue (`x-quorum-initial-group-size`). "
+        "None: 3 when `amqp.url` lists several nodes (a cluster), else the broker's default. "
+        "Every controller of a pool must agree: the broker refuses a queue redeclared with "
+        "another size.",
+    )
+    leader_locator: Literal["balanced", "client-local"] | None = Field(
+        default=None,
+        description="Where a new quorum request queue's leader goes "
+        "(`x-queue-leader-locator`, RabbitMQ 3.10+): `balanced` spreads leaders over the "
+        "nodes. None: `balanced` on a cluster, else the broker's default.",
+    )
+    replicate_pool_queues: bool | None = Field(
+        default=None,
+        description="Declare the pool's own queues (orphan, dead letters, poison, activity) "
+        "as quorum queues, replicated over the cluster, so losing a node loses none of "
+        "them. None: on a cluster. A pool whose queues already exist as classic queues keeps "
+        "them (the broker cannot change a queue's type; a warning says so).",
+    )
     policy_priority: int = Field(
         default=10,
         description="Priority of the request-queue and poison-queue policies among the "
@@ -339,6 +426,22 @@ class Settings(BaseSettings):
     driver: DriverSettings = Field(default_factory=DriverSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)
     log: LogSettings = Field(default_factory=LogSettings)
+
+    @model_validator(mode="after")
+    def _cluster_defaults(self) -> Settings:
+        """Queue placement left to None follows the broker: replicated and spread on a
+        cluster (several addresses), the broker's defaults on one node."""
+        q = self.queues
+        cluster = self.amqp.clustered
+        defaults: dict[str, Any] = {
+            "initial_group_size": 3 if cluster else None,
+            "leader_locator": "balanced" if cluster else None,
+            "replicate_pool_queues": cluster,
+        }
+        updates = {k: v for k, v in defaults.items() if getattr(q, k) is None and v is not None}
+        if updates:
+            self.queues = q.model_copy(update=updates)
+        return self
 
     @classmethod
     def settings_customise_sources(

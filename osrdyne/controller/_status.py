@@ -151,6 +151,9 @@ class StatusDocument(_Model):
     role: Role
     sessions: int
     last_error: str | None = None
+    #: The broker node this controller's session is connected to (`host:port`), None
+    #: between sessions; on a cluster it changes when that node is lost.
+    broker_node: str | None = None
     driver: str
     #: The controller's clock (epoch seconds) when the document was made.
     time: float

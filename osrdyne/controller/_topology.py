@@ -4,60 +4,105 @@ Every controller of a pool declares the same objects with the same arguments at 
 controllers starting together agree instead of fighting. Request queues get their dead-letter
 exchange as an argument (a queue never exists without it, even before the policy lands); TTL,
 delivery limit and length bound come from a policy, so operators can change them live.
+
+On a cluster (several broker addresses) request queues are quorum queues of
+`queues.initial_group_size` replicas with their leaders spread over the nodes, and the pool's
+own queues are quorum queues too: losing any one node loses no queue and no message.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping
 from typing import Any
 
 import aio_pika
 import aio_pika.abc
+import aiormq.exceptions
 
 from osrdyne.controller._management import ManagementApi
 from osrdyne.controller._settings import QueueSettings
 from osrdyne.controller._tracker import GroupStatus
 from osrdyne.wire import PoolNames
 
+logger = logging.getLogger(__name__)
+
 #: Activity reports older than this are useless: the controller rebuilds state on restart.
 ACTIVITY_TTL_MS = 60_000
 
 
-async def declare_pool(channel: aio_pika.abc.AbstractChannel, names: PoolNames) -> None:
-    """Declare the pool's exchanges and queues (idempotent)."""
-    fanout, direct = aio_pika.ExchangeType.FANOUT, aio_pika.ExchangeType.DIRECT
-    orphan_x = await channel.declare_exchange(names.orphan_exchange, fanout, durable=True)
-    dl_x = await channel.declare_exchange(names.dead_letter_exchange, fanout, durable=True)
-    activity_x = await channel.declare_exchange(names.activity_exchange, fanout, durable=True)
-    await channel.declare_exchange(
-        names.request_exchange,
-        direct,
-        durable=True,
-        arguments={"alternate-exchange": names.orphan_exchange},
-    )
-    # Orphans dead-letter too: one whose client deadline passes while waiting is answered.
-    orphans = await channel.declare_queue(
-        names.orphan_queue,
-        durable=True,
-        arguments={"x-dead-letter-exchange": names.dead_letter_exchange},
-    )
-    await orphans.bind(orphan_x)
-    dead = await channel.declare_queue(names.dead_letter_queue, durable=True)
-    await dead.bind(dl_x)
-    activity = await channel.declare_queue(
-        names.activity_queue, durable=True, arguments={"x-message-ttl": ACTIVITY_TTL_MS}
-    )
-    await activity.bind(activity_x)
-    await channel.declare_queue(names.poison_queue, durable=True)
+async def declare_pool(
+    connection: aio_pika.abc.AbstractConnection, names: PoolNames, *, replicated: bool = False
+) -> None:
+    """Declare the pool's exchanges and queues (idempotent).
+
+    `replicated`: the pool's queues are quorum queues (a cluster). A queue that already
+    exists with another type is kept as it is, with a warning: the broker cannot convert it."""
+    channel = await connection.channel()
+    try:
+        fanout, direct = aio_pika.ExchangeType.FANOUT, aio_pika.ExchangeType.DIRECT
+        orphan_x = await channel.declare_exchange(names.orphan_exchange, fanout, durable=True)
+        dl_x = await channel.declare_exchange(names.dead_letter_exchange, fanout, durable=True)
+        activity_x = await channel.declare_exchange(names.activity_exchange, fanout, durable=True)
+        await channel.declare_exchange(
+            names.request_exchange,
+            direct,
+            durable=True,
+            arguments={"alternate-exchange": names.orphan_exchange},
+        )
+    finally:
+        await channel.close()
+    queues: dict[str, tuple[dict[str, Any], aio_pika.abc.AbstractExchange | None]] = {
+        # Orphans dead-letter too: one whose client deadline passes while waiting is answered.
+        names.orphan_queue: ({"x-dead-letter-exchange": names.dead_letter_exchange}, orphan_x),
+        names.dead_letter_queue: ({}, dl_x),
+        names.activity_queue: ({"x-message-ttl": ACTIVITY_TTL_MS}, activity_x),
+        names.poison_queue: ({}, None),
+    }
+    for name, (arguments, exchange) in queues.items():
+        if replicated:
+            arguments = {**arguments, "x-queue-type": "quorum"}
+        await _declare_queue(connection, name, arguments, exchange)
+
+
+async def _declare_queue(
+    connection: aio_pika.abc.AbstractConnection,
+    name: str,
+    arguments: dict[str, Any],
+    exchange: aio_pika.abc.AbstractExchange | None,
+) -> None:
+    """Declare a durable queue (bound to `exchange`); an existing one of other arguments (a
+    classic queue of a pool that now runs on a cluster) is kept, with a warning."""
+    channel = await connection.channel()
+    try:
+        try:
+            queue = await channel.declare_queue(name, durable=True, arguments=arguments)
+        except aiormq.exceptions.ChannelPreconditionFailed as exc:
+            logger.warning("keeping queue %r as it is (%s)", name, exc)
+            await channel.close()  # closed by the broker already: a new one
+            channel = await connection.channel()
+            queue = await channel.declare_queue(name, passive=True)
+        if exchange is not None:
+            await queue.bind(exchange.name)
+    finally:
+        if not channel.is_closed:
+            await channel.close()
 
 
 def request_queue_arguments(names: PoolNames, settings: QueueSettings, key: str) -> dict[str, Any]:
-    return {
+    arguments: dict[str, Any] = {
         "x-queue-type": settings.type,
         "x-dead-letter-exchange": names.dead_letter_exchange,
         **names.request_queue_arguments(key),
     }
+    if settings.type == "quorum":
+        # Placement for a cluster: this many replicas, leaders spread over the nodes.
+        if settings.initial_group_size is not None:
+            arguments["x-quorum-initial-group-size"] = settings.initial_group_size
+        if settings.leader_locator is not None:
+            arguments["x-queue-leader-locator"] = settings.leader_locator
+    return arguments
 
 
 def policy_name(names: PoolNames) -> str:

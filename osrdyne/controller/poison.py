@@ -111,7 +111,7 @@ class PoisonEntry:
 
 @contextlib.asynccontextmanager
 async def _browse(
-    url: str, pool: str, limit: int | None = None
+    url: wire.Urls, pool: str, limit: int | None = None
 ) -> AsyncIterator[tuple[aio_pika.abc.AbstractChannel, list[aio_pika.abc.AbstractIncomingMessage]]]:
     """The poison messages (the oldest `limit` of them), taken unacked; whatever is not acked
     returns to the queue."""
@@ -137,7 +137,7 @@ async def _browse(
         await connection.close()  # unacked messages are requeued
 
 
-async def list_entries(url: str, pool: str, *, limit: int | None = None) -> list[PoisonEntry]:
+async def list_entries(url: wire.Urls, pool: str, *, limit: int | None = None) -> list[PoisonEntry]:
     """The poison entries, oldest first; at most `limit` of them when given."""
     async with _browse(url, pool, limit) as (_, messages):
         return [PoisonEntry.of(m) for m in messages]
@@ -180,7 +180,7 @@ def _deadline_of(headers: dict[str, Any] | None) -> float | None:
 
 
 async def replay(
-    url: str,
+    url: wire.Urls,
     pool: str,
     entry_id: str,
     *,
@@ -221,7 +221,7 @@ async def replay(
     return None
 
 
-async def drop(url: str, pool: str, entry_id: str) -> PoisonEntry | None:
+async def drop(url: wire.Urls, pool: str, entry_id: str) -> PoisonEntry | None:
     async with _browse(url, pool) as (_, messages):
         for message in messages:
             entry = PoisonEntry.of(message)

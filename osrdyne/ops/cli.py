@@ -210,7 +210,13 @@ def _read_data(data: str | None) -> bytes:
     return data.encode()
 
 
-UrlOption = Annotated[str, typer.Option(envvar="OSRDYNE_AMQP__URL", help="AMQP URI.")]
+UrlOption = Annotated[
+    str,
+    typer.Option(
+        envvar="OSRDYNE_AMQP__URL",
+        help="AMQP URI; the nodes of a cluster comma-separated (the first that answers).",
+    ),
+]
 
 
 @app.command(cls=_Command)

@@ -3,12 +3,20 @@
 Names of a pool's broker objects (request-queue names in an encoding every AMQP client
 accepts), header names and how to read their values, response statuses and activity events,
 the one shape of error bodies, the worker environment, delivery of answers, dead-letter
-headers, and opening connections. The controller, the client, the worker SDK and the drivers
-all take these from here, so they cannot drift apart. See docs/protocol.md.
+headers, and opening connections (to any node of a cluster). The controller, the client, the
+worker SDK and the drivers all take these from here, so they cannot drift apart. See
+docs/protocol.md.
 """
 
 from osrdyne.wire import _pamqp
-from osrdyne.wire._connections import DEFAULT_URL, connect, connect_robust
+from osrdyne.wire._connections import (
+    DEFAULT_URL,
+    Urls,
+    connect,
+    connect_robust,
+    join_urls,
+    split_urls,
+)
 from osrdyne.wire._deaths import Death
 from osrdyne.wire._delivery import DIRECT_REPLY_TO, reply_delivery_mode
 from osrdyne.wire._environment import WorkerEnv, worker_environment
@@ -48,6 +56,7 @@ __all__ = [
     "PoolNames",
     "Status",
     "TRACE_HEADERS",
+    "Urls",
     "WorkerEnv",
     "any_queue_name",
     "connect",
@@ -55,9 +64,11 @@ __all__ = [
     "encodable",
     "error_body",
     "error_document",
+    "join_urls",
     "key_problem",
     "reply_delivery_mode",
     "request_problem",
+    "split_urls",
     "text",
     "trace_headers",
     "worker_environment",

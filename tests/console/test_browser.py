@@ -132,7 +132,7 @@ async def test_hostile_keys_render_as_text(
         assert (await client.call(pool, key, b"x", timeout=60)).ok
     # A key with control characters cannot have a group; sent without reply_to, it is kept
     # as a poison entry, which the console lists too.
-    connection = await aio_pika.connect(running.controller.settings.amqp.url)
+    connection = await aio_pika.connect(running.controller.settings.amqp.url[0])
     async with connection:
         channel = await connection.channel()
         exchange = await channel.get_exchange(f"{pool}-req-xchg", ensure=False)

@@ -26,6 +26,7 @@ import aio_pika.abc
 import aio_pika.exceptions
 import pytest
 
+from osrdyne import wire
 from osrdyne.wire import DIRECT_REPLY_TO, Header, PoolNames
 from tests import broker
 from tests.conftest import settings_dict
@@ -76,7 +77,7 @@ class Caller:
 
     def __init__(
         self,
-        url: str,
+        url: wire.Urls,
         tally: report.Tally,
         *,
         reply_queue: str | None = None,
@@ -101,9 +102,8 @@ class Caller:
         self.channel: aio_pika.abc.AbstractRobustChannel | None = None
 
     async def __aenter__(self) -> Caller:
-        self.connection = await aio_pika.connect_robust(
-            self.url, reconnect_interval=1, client_properties={"connection_name": self.name}
-        )
+        # Through osrdyne's failover connection: `url` may list a cluster's nodes.
+        self.connection = await wire.connect_robust(self.url, name=self.name, reconnect_interval=1)
         self.connection.close_callbacks.add(self._on_lost)
         self.channel = await self.connection.channel(publisher_confirms=True)  # type: ignore[assignment]
         assert self.channel is not None
@@ -220,7 +220,9 @@ async def make_caller(
 ) -> AsyncIterator[Callable[..., Any]]:
     callers: list[Caller] = []
 
-    async def make(tally: report.Tally, *, url: str = broker.AMQP_URL, **kwargs: Any) -> Caller:
+    async def make(
+        tally: report.Tally, *, url: wire.Urls = broker.AMQP_URL, **kwargs: Any
+    ) -> Caller:
         caller = Caller(url, tally, name=f"fault test {request.node.name}", **kwargs)
         await caller.__aenter__()
         callers.append(caller)

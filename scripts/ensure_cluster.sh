@@ -1,0 +1,181 @@
+#!/usr/bin/env bash
+# Make sure a three-node RabbitMQ cluster answers on loopback, and print where it is.
+#
+#   scripts/ensure_cluster.sh            # start (or reuse) the cluster, print its URLs
+#   scripts/ensure_cluster.sh --stop     # stop the three nodes (their data is kept)
+#   scripts/ensure_cluster.sh --stop N   # stop node N (1-3) only, gracefully
+#   scripts/ensure_cluster.sh --start N  # (re)start node N (1-3) only, e.g. after a kill
+#   scripts/ensure_cluster.sh --purge    # stop and delete every file of the cluster
+#
+# Nodes osrdyne-c1@localhost .. osrdyne-c3@localhost, AMQP on 127.0.0.1:5681-5683, management
+# on 15681-15683, Erlang distribution on 25681-25683, each with its own data and log
+# directories under $OSRDYNE_CLUSTER_DIR (default /tmp/osrdyne-cluster), one Erlang cookie for
+# the three (in that directory: the shared broker's cookie is left alone), file limits raised,
+# the management plugin enabled. Nodes 2 and 3 join node 1 (stop_app / join_cluster /
+# start_app). The shared node rabbit@<host> on 5672 is never touched. Idempotent: running
+# nodes are kept, a stopped one is started and rejoins by itself (its data says where it
+# belongs). Needs the rabbitmq-server package (scripts/ensure_broker.sh installs it).
+set -euo pipefail
+
+BASE=${OSRDYNE_CLUSTER_DIR:-/tmp/osrdyne-cluster}
+BIN=/usr/lib/rabbitmq/bin
+[[ -x $BIN/rabbitmq-server ]] || BIN=$(dirname "$(command -v rabbitmq-server)")
+NODES=(1 2 3)
+#: Seconds of silence after which a client connection is dead (the broker proposes it).
+HEARTBEAT=${OSRDYNE_CLUSTER_HEARTBEAT:-5}
+#: Seconds after which the other nodes declare a silent node down (Erlang net_ticktime).
+TICKTIME=${OSRDYNE_CLUSTER_TICKTIME:-8}
+
+log() { echo "ensure_cluster: $*" >&2; }
+node_name() { echo "osrdyne-c$1@localhost"; }
+amqp_port() { echo $((5680 + $1)); }
+mgmt_port() { echo $((15680 + $1)); }
+dist_port() { echo $((25680 + $1)); }
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# Run as `rabbitmq` when we are root (as the Debian wrapper does), else as ourselves.
+as_rabbit() {
+  if [[ $(id -u) == 0 ]] && id rabbitmq >/dev/null 2>&1; then
+    runuser -u rabbitmq -- "$@"
+  else
+    "$@"
+  fi
+}
+
+node_env() {  # node_env N: the environment of node N, into the array ENV
+  local n=$1 dir=$BASE/c$1
+  ENV=("HOME=$BASE" "LC_ALL=C.UTF-8" "PATH=$PATH" \
+    "RABBITMQ_NODENAME=$(node_name "$n")" \
+    "RABBITMQ_NODE_IP_ADDRESS=127.0.0.1" \
+    "RABBITMQ_NODE_PORT=$(amqp_port "$n")" \
+    "RABBITMQ_DIST_PORT=$(dist_port "$n")" \
+    "RABBITMQ_CONF_ENV_FILE=$dir/rabbitmq-env.conf" \
+    "RABBITMQ_MNESIA_BASE=$dir/mnesia" \
+    "RABBITMQ_LOG_BASE=$dir/log" \
+    "RABBITMQ_PID_FILE=$dir/node.pid" \
+    "RABBITMQ_CONFIG_FILE=$dir/rabbitmq.conf" \
+    "RABBITMQ_ADVANCED_CONFIG_FILE=$dir/advanced.config" \
+    "RABBITMQ_ENABLED_PLUGINS_FILE=$dir/enabled_plugins" \
+    "ERL_EPMD_ADDRESS=127.0.0.1" \
+    "ERL_FLAGS=-kernel inet_dist_use_interface {127,0,0,1}")
+}
+
+ctl() {  # ctl N args...: rabbitmqctl against node N
+  local n=$1; shift
+  node_env "$n"
+  as_rabbit env "${ENV[@]}" "$BIN/rabbitmqctl" -n "$(node_name "$n")" "$@"
+}
+
+write_files() {
+  local n=$1 dir=$BASE/c$1
+  mkdir -p "$dir/mnesia" "$dir/log"
+  echo "# osrdyne cluster node: everything comes from the environment" >"$dir/rabbitmq-env.conf"
+  echo "[rabbitmq_management]." >"$dir/enabled_plugins"
+  echo "[{kernel, [{net_ticktime, $TICKTIME}]}]." >"$dir/advanced.config"
+  cat >"$dir/rabbitmq.conf" <<EOF
+listeners.tcp.default = 127.0.0.1:$(amqp_port "$n")
+management.tcp.port = $(mgmt_port "$n")
+management.tcp.ip = 127.0.0.1
+loopback_users.guest = true
+heartbeat = $HEARTBEAT
+cluster_partition_handling = autoheal
+disk_free_limit.absolute = 10MB
+collect_statistics_interval = 1000
+log.console = false
+log.file.level = info
+EOF
+}
+
+prepare() {
+  mkdir -p "$BASE"
+  if [[ ! -f $BASE/.erlang.cookie ]]; then
+    head -c 30 /dev/urandom | od -An -tx1 | tr -d ' \n' | tr a-f A-F >"$BASE/.erlang.cookie"
+    chmod 400 "$BASE/.erlang.cookie"
+  fi
+  for n in "${NODES[@]}"; do write_files "$n"; done
+  if [[ $(id -u) == 0 ]] && id rabbitmq >/dev/null 2>&1; then
+    chown -R rabbitmq:rabbitmq "$BASE"
+  fi
+}
+
+running() { ctl "$1" status >/dev/null 2>&1; }
+
+start_node() {
+  local n=$1
+  if port_open "$(amqp_port "$n")"; then return 0; fi  # it serves AMQP: it runs
+  log "starting $(node_name "$n")"
+  rm -f "$BASE/c$n/node.pid"
+  # The node's file limit: one descriptor per connection, queue segment and Raft log.
+  ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+  node_env "$n"
+  as_rabbit env "${ENV[@]}" "$BIN/rabbitmq-server" -detached
+}
+
+wait_node() {
+  local n=$1
+  # A node serving AMQP and its management API is up, whatever its pid file says (a node
+  # restarted by autoheal or by hand may have none); else wait for it to boot.
+  if port_open "$(amqp_port "$n")" && port_open "$(mgmt_port "$n")"; then return 0; fi
+  if [[ -f $BASE/c$n/node.pid ]]; then
+    ctl "$n" wait "$BASE/c$n/node.pid" --timeout 120 >/dev/null
+  fi
+  for _ in $(seq 1 120); do
+    if port_open "$(amqp_port "$n")" && port_open "$(mgmt_port "$n")"; then return 0; fi
+    sleep 1
+  done
+  log "$(node_name "$n") does not answer; its log: $BASE/c$n/log"
+  return 1
+}
+
+joined() { ctl 1 cluster_status --formatter json 2>/dev/null | grep -q "\"$(node_name "$1")\""; }
+
+join() {
+  local n=$1
+  joined "$n" && return 0
+  log "joining $(node_name "$n") to $(node_name 1)"
+  ctl "$n" stop_app >/dev/null 2>&1
+  ctl "$n" reset >/dev/null 2>&1
+  ctl "$n" join_cluster "$(node_name 1)" >/dev/null 2>&1
+  ctl "$n" start_app >/dev/null 2>&1
+}
+
+stop_all() {
+  for n in "${NODES[@]}"; do
+    if running "$n"; then
+      log "stopping $(node_name "$n")"
+      ctl "$n" stop >/dev/null 2>&1 || true
+    fi
+  done
+}
+
+print_urls() {
+  local amqp=() mgmt=()
+  for n in "${NODES[@]}"; do
+    amqp+=("amqp://guest:guest@127.0.0.1:$(amqp_port "$n")/%2F")
+    mgmt+=("http://127.0.0.1:$(mgmt_port "$n")")
+  done
+  (IFS=,; echo "OSRDYNE_AMQP__URL=${amqp[*]}"; echo "OSRDYNE_AMQP__MANAGEMENT_URL=${mgmt[*]}")
+}
+
+case "${1:-}" in
+  --stop)
+    if [[ -n ${2:-} ]]; then
+      log "stopping $(node_name "$2")"
+      ctl "$2" stop >/dev/null 2>&1 || true
+    else
+      stop_all
+    fi
+    exit 0 ;;
+  --purge) stop_all; rm -rf "$BASE"; exit 0 ;;
+  --start) prepare; start_node "$2"; wait_node "$2"; exit 0 ;;
+  "") ;;
+  *) echo "usage: $0 [--stop | --purge | --start N]" >&2; exit 2 ;;
+esac
+
+prepare
+# All three at once: nodes that were clustered wait for each other when they boot.
+for n in "${NODES[@]}"; do start_node "$n"; done
+for n in "${NODES[@]}"; do wait_node "$n"; done
+for n in 2 3; do join "$n"; done
+log "three nodes clustered: $(node_name 1) $(node_name 2) $(node_name 3)"
+print_urls

@@ -1,0 +1,170 @@
+"""Several broker addresses: parsed and checked, tried in order, and a lost node left for the next.
+
+On the shared broker, with a TCP proxy in front of it standing for a first node that dies
+(`tests/tcp_proxy.py`: its connections cut, new ones refused) and closed ports for nodes that
+are down. The same moves on a real three-node cluster are in `tests/cluster/`.
+"""
+
+from __future__ import annotations
+
+import logging
+import urllib.parse
+
+import aio_pika
+import pytest
+
+from osrdyne import Client, PoolNames, RequestRefused, wire
+from osrdyne.controller import Settings, _topology
+from osrdyne.controller._management import ManagementApi
+from tests import broker
+from tests.tcp_proxy import TcpProxy
+from tests.waiting import eventually
+
+pytestmark = pytest.mark.timeout(60)
+
+DOWN = "amqp://guest:guest@127.0.0.1:1/%2F"
+BROKER_PORT = urllib.parse.urlsplit(broker.AMQP_URL).port or 5672
+
+
+def test_addresses_are_a_list_or_comma_separated() -> None:
+    assert wire.split_urls(" amqp://a/%2F , amqps://b/ ,") == ["amqp://a/%2F", "amqps://b/"]
+    assert wire.split_urls(["amqp://a/"]) == ["amqp://a/"]
+    assert wire.join_urls(["amqp://a/", "amqp://b/"]) == "amqp://a/,amqp://b/"
+    with pytest.raises(ValueError, match="no broker address"):
+        wire.split_urls(" , ")
+    with pytest.raises(ValueError, match="not an AMQP URI"):
+        wire.split_urls("amqp://a/,http://b/")
+
+
+def test_settings_read_several_addresses_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OSRDYNE_AMQP__URL", "amqp://u:p@n1:5681/v,amqp://u:p@n2:5682/v")
+    monkeypatch.setenv("OSRDYNE_AMQP__MANAGEMENT_URL", "http://n1:15681,http://n2:15682")
+    settings = Settings.load()
+    assert settings.amqp.url == ["amqp://u:p@n1:5681/v", "amqp://u:p@n2:5682/v"]
+    assert settings.amqp.management_url == ["http://n1:15681", "http://n2:15682"]
+    assert settings.amqp.vhost == "v" and settings.amqp.credentials == ("u", "p")
+    # A cluster: replicated request and pool queues, leaders spread.
+    assert settings.queues.initial_group_size == 3
+    assert settings.queues.leader_locator == "balanced"
+    assert settings.queues.replicate_pool_queues is True
+
+
+def test_one_address_keeps_the_brokers_defaults_and_explicit_choices_win() -> None:
+    single = Settings(amqp={"url": broker.AMQP_URL})
+    assert single.queues.initial_group_size is None
+    assert single.queues.leader_locator is None
+    assert single.queues.replicate_pool_queues is False
+    chosen = Settings(
+        amqp={"url": ["amqp://a/", "amqp://b/"]},
+        queues={"initial_group_size": 5, "replicate_pool_queues": False},
+    )
+    assert chosen.queues.initial_group_size == 5
+    assert chosen.queues.replicate_pool_queues is False
+
+
+def test_addresses_of_different_virtual_hosts_are_refused() -> None:
+    with pytest.raises(ValueError, match="different virtual hosts"):
+        Settings(amqp={"url": "amqp://a/one,amqp://b/two"})
+    with pytest.raises(ValueError, match="http"):
+        Settings(amqp={"management_url": "ftp://a"})
+
+
+async def test_a_connection_goes_to_the_first_node_that_answers() -> None:
+    connection = await wire.connect([DOWN, broker.AMQP_URL], name="test failover plain")
+    try:
+        assert connection.url.port == BROKER_PORT
+    finally:
+        await connection.close()
+    with pytest.raises(OSError):
+        await wire.connect([DOWN, DOWN], name="test failover nobody", timeout=5)
+
+
+async def test_a_robust_connection_moves_to_the_next_node_when_its_node_is_lost() -> None:
+    proxy = await TcpProxy("127.0.0.1", BROKER_PORT).start()
+    first = f"amqp://guest:guest@127.0.0.1:{proxy.port}/%2F"
+    connection = await wire.connect_robust(
+        [DOWN, first, broker.AMQP_URL], name="test failover robust", reconnect_interval=0.2
+    )
+    try:
+        assert connection.url.port == proxy.port  # the down node skipped
+        channel = await connection.channel()
+        queue = await channel.declare_queue(exclusive=True)
+        reconnected = []
+        connection.reconnect_callbacks.add(lambda *_: reconnected.append(True))
+        proxy.refusing = True  # the node dies, and stays down
+        proxy.cut()
+        await eventually(lambda: reconnected, what="a reconnection", timeout=30)
+        assert connection.url.port == BROKER_PORT
+        # The channel and its queue were restored on the next node.
+        await channel.declare_queue(queue.name, passive=True)
+    finally:
+        await connection.close()
+        await proxy.close()
+
+
+async def test_the_client_calls_through_the_addresses_it_is_given() -> None:
+    async with Client(f"{DOWN},{broker.AMQP_URL}", name="test failover client") as client:
+        assert client.urls == [DOWN, broker.AMQP_URL]
+        assert client._connection is not None
+        assert client._connection.url.port == BROKER_PORT
+
+
+async def test_management_calls_fall_over_to_a_node_that_answers() -> None:
+    api = ManagementApi(
+        ["http://127.0.0.1:1", broker.MANAGEMENT_URL],
+        vhost="/",
+        credentials=("guest", "guest"),
+        retry_for=20,
+    )
+    try:
+        overview = await api.overview()
+        assert "rabbitmq_version" in overview
+        assert api.node == broker.MANAGEMENT_URL.rstrip("/")
+    finally:
+        await api.close()
+
+
+async def test_a_request_the_broker_nacks_raises_request_refused(pool: str) -> None:
+    """A negative publisher confirm (as a quorum queue electing a leader gives) is our error,
+    not aiormq's. Caused for real: a queue that rejects every publish (`reject-publish`)."""
+    connection = await wire.connect(broker.AMQP_URL, name="test refused setup")
+    try:
+        channel = await connection.channel()
+        exchange = await channel.declare_exchange(
+            PoolNames(pool).request_exchange, aio_pika.ExchangeType.DIRECT, auto_delete=True
+        )
+        queue = await channel.declare_queue(
+            f"{pool}-full", arguments={"x-max-length": 0, "x-overflow": "reject-publish"}
+        )
+        await queue.bind(exchange, routing_key="full")
+        async with Client(broker.AMQP_URL, name="test refused") as client:
+            with pytest.raises(RequestRefused, match="did not take the request"):
+                await client.call(pool, "full", b"x", timeout=10)
+            assert not client._calls  # the call is forgotten
+    finally:
+        await connection.close()
+
+
+async def test_a_pool_of_classic_queues_keeps_them_when_it_moves_to_a_cluster(
+    pool: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The broker cannot change a queue's type: a pool declared on one node (classic queues)
+    and then run with several addresses (quorum wanted) keeps its queues, with a warning,
+    instead of failing every session on PRECONDITION_FAILED."""
+    names = PoolNames(pool)
+    connection = await wire.connect(broker.AMQP_URL, name="test pool queue types")
+    try:
+        await _topology.declare_pool(connection, names, replicated=False)
+        with caplog.at_level(logging.WARNING, logger="osrdyne.controller._topology"):
+            await _topology.declare_pool(connection, names, replicated=True)
+        kept = [r.getMessage() for r in caplog.records if "keeping queue" in r.getMessage()]
+        assert len(kept) == 4, kept
+        async with broker.management() as http:
+            name = urllib.parse.quote(names.orphan_queue, safe="")
+            info = (await http.get(f"/queues/%2F/{name}")).json()
+        assert info["type"] == "classic"
+        assert not connection.is_closed
+    finally:
+        await connection.close()
