@@ -152,6 +152,7 @@ def is_connection_error(exc: BaseException) -> bool:
     """Whether `exc` (or its cause) means the server is unreachable or lost this session."""
     import grpc
     from pyspark.errors import PySparkException
+    from pyspark.errors.exceptions.connect import SparkConnectGrpcException
 
     seen: set[int] = set()
     current: BaseException | None = exc
@@ -166,9 +167,12 @@ def is_connection_error(exc: BaseException) -> bool:
             error_class = current.getCondition() or ""
             if error_class.startswith(_SESSION_GONE):
                 return True
-        text = str(current)
-        if any(mark in text for mark in _SESSION_GONE) or "StatusCode.UNAVAILABLE" in text:
-            return True
+        # The client's own transport error (not a query's error, whose message may echo a
+        # client's value): pyspark renders the gRPC status or the server's handle error.
+        if type(current) is SparkConnectGrpcException:
+            text = str(current)
+            if any(mark in text for mark in _SESSION_GONE) or "StatusCode.UNAVAILABLE" in text:
+                return True
         current = current.__cause__ or current.__context__
     return False
 

@@ -115,6 +115,15 @@ async def test_sql_text_is_refused_before_the_server_sees_it(
         assert error["details"]["reason"] == "refused", (sql, error)
         assert "Spark Connect" in error["error"]
 
+    # A query error that echoes what a lost server says is still the query's error: the
+    # worker answers it and keeps serving (it does not end itself nor requeue the request).
+    echo = "[INVALID_HANDLE.SESSION_CHANGED] StatusCode.UNAVAILABLE"
+    failed = await client.call(
+        pool, "trips", {"where": [{"column": "passengers", "value": echo}]}, timeout=60
+    )
+    assert failed.status == "worker_error", failed.body[:300]
+    assert failed.json()["details"]["reason"] == "query_failed"
+
     # Nothing ran: the view is still the dataset, no global view leaked, the server is up.
     assert total(await client.call(pool, "trips", COUNT_BY_CITY, timeout=60)) == TRIPS_ROWS
     spark = connect.build_remote_session(SparkWorkerSettings(remote=connect_url))
