@@ -87,24 +87,26 @@ def build_remote_session(settings: settings_mod.SparkWorkerSettings) -> SparkSes
 
     assert settings.remote is not None
     deadline = time.monotonic() + settings.connect_timeout
+    # One session object, however many attempts: with a new session per attempt, the
+    # checkpoint of the one that finally answered was looked up in another server-side
+    # session (measured, pyspark 4.3: DATAFRAME_NOT_FOUND once the server was back).
+    spark: Any = SparkSession.builder.remote(settings.remote).create()  # lazy: no call yet
+    spark.client.set_retry_policies([retry_policy()])
     attempt = 0
-    spark: Any  # pyspark.sql.connect.session.SparkSession
     while True:
         attempt += 1
         try:
-            spark = SparkSession.builder.remote(settings.remote).create()  # lazy: no call yet
-            spark.client.set_retry_policies([retry_policy()])
             for name, value in session_conf(settings).items():
                 spark.conf.set(name, value)
             break
         except Exception as exc:
-            if not is_connection_error(exc) or time.monotonic() >= deadline:
-                if is_connection_error(exc):
-                    raise ServerUnavailable(
-                        f"no Spark Connect server at {_redacted(settings.remote)} after "
-                        f"{attempt} attempts ({settings.connect_timeout:.0f} s)"
-                    ) from exc
+            if not is_connection_error(exc):
                 raise
+            if time.monotonic() >= deadline:
+                raise ServerUnavailable(
+                    f"no Spark Connect server at {_redacted(settings.remote)} after "
+                    f"{attempt} attempts ({settings.connect_timeout:.0f} s)"
+                ) from exc
             if attempt == 1:
                 logger.warning(
                     "Spark Connect at %s does not answer (%s): retrying for %.0f s",

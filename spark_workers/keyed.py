@@ -270,7 +270,8 @@ class SparkWorker:
         self._end(EXIT_SERVER_LOST, f"the Spark Connect server is gone: {str(exc)[:200]}")
         if request.redelivered:
             raise HandlerError(
-                "the Spark Connect server went away twice while this request ran",
+                "the Spark Connect server went away while this request ran, and it had "
+                "been delivered before (a request is requeued once)",
                 details={"reason": "server_lost"},
             ) from exc
         raise Requeue("the Spark Connect server went away") from exc

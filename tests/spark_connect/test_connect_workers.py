@@ -205,6 +205,11 @@ async def test_the_server_restarting_loses_no_request(
     )
 
     await asyncio.to_thread(conftest.server, "--stop", state=connect_state)
+    # A session opened while the server is down is usable once it is back (what a worker
+    # restarted during the outage does), its checkpoints included.
+    waiting = asyncio.create_task(
+        asyncio.to_thread(connect.build_remote_session, SparkWorkerSettings(remote=connect_url))
+    )
     calls = [
         asyncio.create_task(client.call(pool, key, body, timeout=240))
         for _ in range(5)
@@ -215,6 +220,13 @@ async def test_the_server_restarting_loses_no_request(
 
     answers = await asyncio.gather(*calls)
     assert [total(a) for a in answers] == [TRIPS_ROWS, 200] * 5
+
+    spark = await waiting
+    try:
+        _, rows = await asyncio.to_thread(connect.cache, spark.range(10))
+        assert rows == 10
+    finally:
+        spark.stop()
 
 
 def running_jobs() -> int:
