@@ -8,6 +8,7 @@ small heap and its UI on so tests can read its storage through the REST API.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -28,6 +29,7 @@ PORT = int(os.environ.get("OSRDYNE_TEST_CONNECT_PORT", "15112"))
 UI_PORT = PORT + 1
 URL = f"sc://127.0.0.1:{PORT}"
 TRIPS_ROWS = 2_000
+MODE_VARIABLE = "SPARK_CONNECT_MODE_ENABLED"
 
 #: pyspark warns when a call gave up retrying an unreachable server: the tests cause that.
 CONNECT_WARNINGS = [
@@ -59,6 +61,27 @@ def server(*args: str, state: Path) -> None:
     subprocess.run([str(SCRIPT), *args], env=env, check=True, timeout=240, capture_output=True)
 
 
+@contextlib.contextmanager
+def remote_mode_restored() -> Iterator[None]:
+    """pyspark marks the whole process as Spark Connect (`SPARK_CONNECT_MODE_ENABLED=1`) once
+    a remote session is built: a worker process is, but this test process also runs the
+    embedded tests (tests/spark), whose `getOrCreate` would then look for a remote URL."""
+    saved = os.environ.get(MODE_VARIABLE)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(MODE_VARIABLE, None)
+        else:
+            os.environ[MODE_VARIABLE] = saved
+
+
+@pytest.fixture(autouse=True)
+def _remote_mode_restored() -> Iterator[None]:
+    with remote_mode_restored():
+        yield
+
+
 @pytest.fixture(scope="session")
 def connect_state(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("spark-connect")
@@ -76,12 +99,14 @@ def connect_url(connect_state: Path) -> Iterator[str]:
 def connect_datasets(connect_url: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """`trips` and `sales` under a root, written by the server through a session."""
     root = tmp_path_factory.mktemp("connect-datasets")
-    spark = connect.build_remote_session(SparkWorkerSettings(remote=connect_url))
-    try:
-        pipeline.trips(spark, TRIPS_ROWS, 42).repartition(2).write.parquet(str(root / "trips"))
-        pipeline.sales(spark, 200, 7).coalesce(1).write.parquet(str(root / "sales"))
-    finally:
-        spark.stop()
+    with remote_mode_restored():
+        spark = connect.build_remote_session(SparkWorkerSettings(remote=connect_url))
+        try:
+            trips = pipeline.trips(spark, TRIPS_ROWS, 42)
+            trips.repartition(2).write.parquet(str(root / "trips"))
+            pipeline.sales(spark, 200, 7).coalesce(1).write.parquet(str(root / "sales"))
+        finally:
+            spark.stop()
     return root
 
 
