@@ -18,6 +18,9 @@
 #   SPARK_CONNECT_BIND           address it listens on (default 127.0.0.1)
 #   SPARK_CONNECT_CLEANUP        how often the server's JVM collects garbage so that the data of
 #                                released sessions (stopped workers) is freed (default 1min)
+#   SPARK_CONNECT_SESSION_TIMEOUT  idle time after which the server releases a session whose
+#                                client went silent (a killed worker), its data with it
+#                                (default 60min)
 #   SPARK_CONNECT_UI_PORT        run the Spark UI (and its REST API) on this port (default: off)
 #   PYTHON                       the Python with pyspark[connect] (default: python3)
 #
@@ -85,6 +88,7 @@ env -u WORKER_AMQP_URI -u OSRDYNE_API_TOKEN -u OSRDYNE_AMQP_URI \
   "${UI[@]}" \
   --conf spark.ui.showConsoleProgress=false \
   --conf "spark.cleaner.periodicGC.interval=${SPARK_CONNECT_CLEANUP:-1min}" \
+  --conf "spark.connect.session.manager.defaultSessionTimeout=${SPARK_CONNECT_SESSION_TIMEOUT:-60min}" \
   --conf spark.sql.runSQLOnFiles=false \
   --conf spark.sql.variable.substitute=false \
   --conf spark.sql.shuffle.partitions=1 \
