@@ -2,6 +2,7 @@
 SparkSession per request and DuckDB on the same Parquet; first answer; worker memory.
 
     .venv/bin/python bench/spark_bench.py [--rows 1000000] [--runs 60] [--naive-runs 3]
+    .venv/bin/python bench/spark_bench.py --mode embedded,connect --no-baselines --keys 20
 
 Stages (run one after the other: this machine has two cores):
 
@@ -13,7 +14,16 @@ Stages (run one after the other: this machine has two cores):
    Spark start and load (from the worker's log), worker RSS (python + its JVM) from /proc;
 4. naive: a new process building a SparkSession, reading the Parquet and answering, per
    request; and a new session in a live process (JVM kept: the cheapest "naive" variant);
-5. DuckDB in-process on the same Parquet files: the floor.
+5. DuckDB in-process on the same Parquet files: the floor;
+6. with `--mode ...,connect`: the same worker through RabbitMQ in Spark Connect mode
+   (SPARK_WORKER_REMOTE) against a server started by scripts/ensure_spark_connect.sh, same
+   data, same queries: first answer, warm p50/p95, RSS of the worker and of the server;
+7. then `--keys N` Connect workers at once, each on its own 1M-row dataset (copies of the
+   same Parquet under N names: N distinct datasets, plans and caches), started one after
+   the other while the machine keeps `--min-available-gib` available; memory after each,
+   and one query per key with all of them loaded.
+
+`--no-baselines` skips stages 2, 4 and 5 (the embedded worker is still measured in 3).
 """
 
 from __future__ import annotations
@@ -152,67 +162,112 @@ def rss_kib(pid: int) -> int:
     return total
 
 
-async def through_rabbitmq(root: Path, runs: int, warmup: int, workdir: Path) -> dict[str, Any]:
-    import aio_pika
+class Broker:
+    """Queues declared here, one per key, and calls answered on direct reply-to."""
 
-    pool = f"bench-{uuid.uuid4().hex[:6]}"
-    queue_name, activity = f"{pool}-req-trips", f"{pool}-activity-xchg"
-    connection = await aio_pika.connect(AMQP_URL)
-    channel = await connection.channel()
-    exchange = await channel.declare_exchange(activity, aio_pika.ExchangeType.FANOUT)
-    queue = await channel.declare_queue(queue_name)
-    pending: dict[str, asyncio.Future[Any]] = {}
+    def __init__(self) -> None:
+        self.pool = f"bench-{uuid.uuid4().hex[:6]}"
+        self.activity = f"{self.pool}-activity-xchg"
+        self.pending: dict[str, asyncio.Future[Any]] = {}
+        self.queues: list[Any] = []
 
-    async def on_reply(message: Any) -> None:
-        future = pending.pop(message.correlation_id, None)
+    async def open(self) -> None:
+        import aio_pika
+
+        self.connection = await aio_pika.connect(AMQP_URL)
+        self.channel = await self.connection.channel()
+        self.exchange = await self.channel.declare_exchange(
+            self.activity, aio_pika.ExchangeType.FANOUT
+        )
+        reply_queue = await self.channel.get_queue("amq.rabbitmq.reply-to", ensure=False)
+        await reply_queue.consume(self._on_reply, no_ack=True)
+
+    async def _on_reply(self, message: Any) -> None:
+        future = self.pending.pop(message.correlation_id, None)
         if future is not None and not future.done():
             future.set_result(message)
 
-    reply_queue = await channel.get_queue("amq.rabbitmq.reply-to", ensure=False)
-    await reply_queue.consume(on_reply, no_ack=True)
+    async def queue(self, key: str) -> str:
+        name = f"{self.pool}-req-{key}"
+        self.queues.append(await self.channel.declare_queue(name))
+        return name
 
-    async def call(doc: dict[str, Any], timeout: float = 300) -> Any:
+    async def call(self, queue: str, doc: dict[str, Any], timeout: float = 300) -> Any:
+        import aio_pika
+
         cid = uuid.uuid4().hex
         future = asyncio.get_running_loop().create_future()
-        pending[cid] = future
-        await channel.default_exchange.publish(
+        self.pending[cid] = future
+        await self.channel.default_exchange.publish(
             aio_pika.Message(
                 json.dumps(doc).encode(), correlation_id=cid, reply_to="amq.rabbitmq.reply-to"
             ),
-            routing_key=queue_name,
+            routing_key=queue,
         )
         reply = await asyncio.wait_for(future, timeout)
         assert reply.headers["x-status"] == "ok", reply.body[:300]
         return reply
 
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(REPO),
-        "WORKER_ID": "bench",
-        "WORKER_KEY": "trips",
-        "WORKER_POOL": pool,
-        "WORKER_REQUESTS_QUEUE": queue_name,
-        "WORKER_ACTIVITY_EXCHANGE": activity,
-        "WORKER_AMQP_URI": AMQP_URL,
-        "SPARK_WORKER_DATASET_ROOT": str(root),
-    }
-    log_path = workdir / "query_worker.log"
+    def start_worker(
+        self, key: str, queue: str, root: Path, log_path: Path, env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        worker_env = {
+            **os.environ,
+            "PYTHONPATH": str(REPO),
+            "WORKER_ID": f"bench-{key}",
+            "WORKER_KEY": key,
+            "WORKER_POOL": self.pool,
+            "WORKER_REQUESTS_QUEUE": queue,
+            "WORKER_ACTIVITY_EXCHANGE": self.activity,
+            "WORKER_AMQP_URI": AMQP_URL,
+            "SPARK_WORKER_DATASET_ROOT": str(root),
+            **(env or {}),
+        }
+        with log_path.open("wb") as worker_log:
+            return subprocess.Popen(
+                [sys.executable, "-m", "spark_workers.query_worker"],
+                env=worker_env,
+                stdout=worker_log,
+                stderr=subprocess.STDOUT,
+                cwd=str(REPO),
+            )
+
+    async def close(self) -> None:
+        for queue in self.queues:
+            await queue.delete(if_unused=False, if_empty=False)
+        await self.exchange.delete()
+        await self.connection.close()
+
+
+def load_timings(log_path: Path) -> dict[str, float]:
+    match = re.search(r"spark start ([\d.]+) s, load ([\d.]+) s", log_path.read_text())
+    return {"spark_start_s": float(match[1]), "load_s": float(match[2])} if match else {}
+
+
+async def through_rabbitmq(
+    root: Path,
+    runs: int,
+    warmup: int,
+    workdir: Path,
+    *,
+    env: dict[str, str] | None = None,
+    server_pid: int | None = None,
+) -> dict[str, Any]:
+    broker = Broker()
+    await broker.open()
+    queue_name = await broker.queue("trips")
+
+    async def call(doc: dict[str, Any], timeout: float = 300) -> Any:
+        return await broker.call(queue_name, doc, timeout)
+
+    log_path = workdir / f"query_worker-{'connect' if env else 'embedded'}.log"
     out: dict[str, Any] = {}
-    with log_path.open("wb") as worker_log:
-        started = time.perf_counter()
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "spark_workers.query_worker"],
-            env=env,
-            stdout=worker_log,
-            stderr=subprocess.STDOUT,
-            cwd=str(REPO),
-        )
+    started = time.perf_counter()
+    worker = broker.start_worker("trips", queue_name, root, log_path, env)
     try:
         await call(FILTER_COUNT)
         out["first_answer_s"] = time.perf_counter() - started
-        match = re.search(r"spark start ([\d.]+) s, load ([\d.]+) s", log_path.read_text())
-        if match:
-            out["spark_start_s"], out["load_s"] = float(match[1]), float(match[2])
+        out.update(load_timings(log_path))
         for name, doc in QUERIES.items():
             for _ in range(warmup):
                 await call(doc)
@@ -231,12 +286,96 @@ async def through_rabbitmq(root: Path, runs: int, warmup: int, workdir: Path) ->
             samples.append((time.perf_counter() - t0) * 1000)
         out["fresh_plan"] = stats(samples)
         out["rss_mib"] = rss_kib(worker.pid) / 1024
+        if server_pid is not None:
+            out["server_rss_mib"] = rss_kib(server_pid) / 1024
     finally:
         worker.terminate()
         worker.wait(60)
-        await queue.delete(if_unused=False, if_empty=False)
-        await exchange.delete()
-        await connection.close()
+        await broker.close()
+    return out
+
+
+# -- 6-7. Spark Connect -----------------------------------------------------------------------
+
+CONNECT_PORT = int(os.environ.get("BENCH_CONNECT_PORT", "15120"))
+
+
+def connect_server(state: Path, memory: str, *stop: str) -> int | None:
+    """Start (or `--stop`) the bench's Spark Connect server; its pid once started."""
+    env = {
+        **os.environ,
+        "PYTHON": sys.executable,
+        "SPARK_CONNECT_PORT": str(CONNECT_PORT),
+        "SPARK_CONNECT_DRIVER_MEMORY": memory,
+        "SPARK_CONNECT_STATE_DIR": str(state),
+    }
+    script = REPO / "scripts" / "ensure_spark_connect.sh"
+    subprocess.run([str(script), *stop], env=env, check=True, capture_output=True)
+    if stop:
+        return None
+    return int(next(state.glob("*.pid")).read_text())
+
+
+def available_gib() -> float:
+    match = re.search(r"MemAvailable:\s+(\d+) kB", Path("/proc/meminfo").read_text())
+    assert match
+    return int(match[1]) / 1024 / 1024
+
+
+async def connect_scale(
+    root: Path, keys: int, workdir: Path, *, server_pid: int, min_available: float
+) -> dict[str, Any]:
+    """`keys` Connect workers at once, each on its own dataset, started one by one."""
+    import shutil
+
+    for i in range(keys):
+        if not (root / f"trips{i}").exists():
+            shutil.copytree(root / "trips", root / f"trips{i}")
+    broker = Broker()
+    await broker.open()
+    env = {"SPARK_WORKER_REMOTE": f"sc://127.0.0.1:{CONNECT_PORT}"}
+    workers: list[subprocess.Popen[bytes]] = []
+    queues: list[str] = []
+    steps: list[dict[str, Any]] = []
+    out: dict[str, Any] = {"steps": steps, "before_available_gib": available_gib()}
+    try:
+        for i in range(keys):
+            if available_gib() < min_available:
+                out["stopped"] = f"available memory under {min_available} GiB"
+                break
+            key = f"trips{i}"
+            queue = await broker.queue(key)
+            started = time.perf_counter()
+            workers.append(broker.start_worker(key, queue, root, workdir / f"{key}.log", env))
+            queues.append(queue)
+            await broker.call(queue, GROUP_BY, timeout=600)
+            step = {
+                "keys": i + 1,
+                "first_answer_s": time.perf_counter() - started,
+                **load_timings(workdir / f"{key}.log"),
+                "server_rss_mib": rss_kib(server_pid) / 1024,
+                "workers_rss_mib": sum(rss_kib(w.pid) for w in workers) / 1024,
+                "available_gib": available_gib(),
+            }
+            steps.append(step)
+            log(
+                f"  {i + 1} keys: first answer {step['first_answer_s']:.1f} s, server "
+                f"{step['server_rss_mib']:.0f} MiB, workers {step['workers_rss_mib']:.0f} MiB, "
+                f"available {step['available_gib']:.1f} GiB"
+            )
+        samples = []
+        for _ in range(3):  # every key answers, all of them loaded
+            for queue in queues:
+                t0 = time.perf_counter()
+                await broker.call(queue, GROUP_BY)
+                samples.append((time.perf_counter() - t0) * 1000)
+        out["all_keys_group_by"] = stats(samples)
+    finally:
+        for worker in workers:
+            worker.terminate()
+        for worker in workers:
+            worker.wait(60)
+        await broker.close()
     return out
 
 
@@ -300,6 +439,8 @@ def duckdb_floor(root: Path, runs: int, warmup: int) -> dict[str, Any]:
 
 
 def report(results: dict[str, Any], args: argparse.Namespace) -> str:
+    if "in_process" not in results:
+        return modes_report(results, args)
     lines = [
         f"rows={args.rows} runs={args.runs} (after {args.warmup} warm-up) "
         f"naive-runs={args.naive_runs} cpus={os.cpu_count()}",
@@ -330,6 +471,73 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> str:
         f"RabbitMQ: p50 {r['fresh_plan']['p50']:.0f} ms, p95 {r['fresh_plan']['p95']:.0f} ms",
         f"worker RSS (python + JVM) after the runs: {r['rss_mib']:.0f} MiB",
     ]
+    if "connect" in results:
+        lines += ["", modes_report(results, args)]
+    return "\n".join(lines)
+
+
+def modes_report(results: dict[str, Any], args: argparse.Namespace) -> str:
+    """Embedded vs Spark Connect, side by side, same data and queries."""
+    modes = [m for m in ("rabbitmq", "connect") if m in results]
+    names = {"rabbitmq": "embedded", "connect": "Spark Connect"}
+    lines = [
+        f"rows={args.rows} runs={args.runs} (after {args.warmup} warm-up) cpus={os.cpu_count()}",
+        "",
+        "| worker through RabbitMQ | " + " | ".join(names[m] for m in modes) + " |",
+        "| --- |" + " --- |" * len(modes),
+    ]
+
+    def row(label: str, cell: Callable[[dict[str, Any]], str]) -> None:
+        lines.append(f"| {label} | " + " | ".join(cell(results[m]) for m in modes) + " |")
+
+    nan = float("nan")
+    row("first answer, new key", lambda r: f"{r['first_answer_s']:.1f} s")
+    row(
+        "  of which session start + load and cache",
+        lambda r: f"{r.get('spark_start_s', nan):.1f} s + {r.get('load_s', nan):.1f} s",
+    )
+    for name in QUERIES:
+        row(f"{name} warm p50 / p95", lambda r, n=name: f"{r[n]['p50']:.0f} / {r[n]['p95']:.0f} ms")
+    row(
+        "new filter value each time p50 / p95",
+        lambda r: f"{r['fresh_plan']['p50']:.0f} / {r['fresh_plan']['p95']:.0f} ms",
+    )
+    row("RSS of the keyed worker", lambda r: f"{r['rss_mib']:.0f} MiB")
+    row(
+        "RSS of the shared server",
+        lambda r: f"{r['server_rss_mib']:.0f} MiB" if "server_rss_mib" in r else "none",
+    )
+    if "rabbitmq" in results and "connect" in results:
+        e, c = results["rabbitmq"], results["connect"]
+        lines += [
+            "",
+            f"Connect ÷ embedded: first answer {c['first_answer_s'] / e['first_answer_s']:.2f}x, "
+            + ", ".join(f"{n} p50 {c[n]['p50'] / e[n]['p50']:.2f}x" for n in QUERIES)
+            + f", worker RSS {c['rss_mib'] / e['rss_mib']:.3f}x",
+        ]
+    scale = results.get("connect_scale")
+    if scale:
+        lines += [
+            "",
+            f"Spark Connect, keys served at once (each its own {args.rows}-row dataset, "
+            f"server heap {args.server_memory}; available before: "
+            f"{scale['before_available_gib']:.1f} GiB):",
+            "",
+            "| keys | first answer of the new key | server RSS | all workers RSS | available |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        for step in scale["steps"]:
+            lines.append(
+                f"| {step['keys']} | {step['first_answer_s']:.1f} s | "
+                f"{step['server_rss_mib']:.0f} MiB | {step['workers_rss_mib']:.0f} MiB | "
+                f"{step['available_gib']:.1f} GiB |"
+            )
+        served = scale["all_keys_group_by"]
+        lines.append(
+            f"\nwith all {len(scale['steps'])} keys loaded, group-by on each key in turn: "
+            f"p50 {served['p50']:.0f} ms, p95 {served['p95']:.0f} ms"
+            + (f" (stopped: {scale['stopped']})" if "stopped" in scale else "")
+        )
     return "\n".join(lines)
 
 
@@ -340,16 +548,64 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--naive-runs", type=int, default=3)
     parser.add_argument("--json", type=Path, help="also write the raw results here")
+    parser.add_argument(
+        "--mode", default="embedded", help="embedded, connect, or both: embedded,connect"
+    )
+    parser.add_argument(
+        "--no-baselines",
+        action="store_true",
+        help="skip the in-process, per-request and DuckDB stages",
+    )
+    parser.add_argument("--keys", type=int, default=0, help="Connect keys served at once")
+    parser.add_argument("--server-memory", default="8g", help="the Connect server's heap")
+    parser.add_argument("--min-available-gib", type=float, default=6.0)
     args = parser.parse_args()
+    modes = {m.strip() for m in args.mode.split(",")}
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="spark-bench-") as tmp:
         root = Path(tmp) / "datasets"
         log(f"writing {args.rows} rows of Parquet under {root}")
         results["data_s"] = make_data(root, args.rows)
-        log("in-process handler")
-        results["in_process"] = in_process(root, args.runs, args.warmup)
-        log("real worker through RabbitMQ")
-        results["rabbitmq"] = asyncio.run(through_rabbitmq(root, args.runs, args.warmup, Path(tmp)))
+        if not args.no_baselines:
+            log("in-process handler")
+            results["in_process"] = in_process(root, args.runs, args.warmup)
+        if "embedded" in modes:
+            log("real worker through RabbitMQ (embedded Spark)")
+            results["rabbitmq"] = asyncio.run(
+                through_rabbitmq(root, args.runs, args.warmup, Path(tmp))
+            )
+        if "connect" in modes:
+            state = Path(tmp) / "connect"
+            log(f"starting a Spark Connect server (heap {args.server_memory})")
+            server_pid = connect_server(state, args.server_memory)
+            assert server_pid is not None
+            try:
+                log("real worker through RabbitMQ (Spark Connect)")
+                remote = {"SPARK_WORKER_REMOTE": f"sc://127.0.0.1:{CONNECT_PORT}"}
+                results["connect"] = asyncio.run(
+                    through_rabbitmq(
+                        root, args.runs, args.warmup, Path(tmp), env=remote, server_pid=server_pid
+                    )
+                )
+                if args.keys:
+                    log(f"{args.keys} Spark Connect keys at once")
+                    results["connect_scale"] = asyncio.run(
+                        connect_scale(
+                            root,
+                            args.keys,
+                            Path(tmp),
+                            server_pid=server_pid,
+                            min_available=args.min_available_gib,
+                        )
+                    )
+            finally:
+                connect_server(state, args.server_memory, "--stop")
+        if args.no_baselines:
+            if args.json:
+                args.json.write_text(json.dumps(results, indent=2))
+            print()
+            print(report(results, args))
+            return
         log("naive: new process per request")
         results["naive_process"] = {
             n: naive_process(root, SQL[n], args.naive_runs) for n in QUERIES

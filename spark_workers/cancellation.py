@@ -5,7 +5,9 @@ A handler thread hands the work to a Spark thread (`Runner`), which tags the Spa
 starts with a job group of its own, and waits at most until the request's `x-deadline` (or
 the worker's `query_timeout`). At the bound the caller gets `DeadlineExceeded` (reason
 `timeout`) at once, and the job group is cancelled: Spark interrupts the running tasks, the
-work raises in its Spark thread and the session carries on.
+work raises in its Spark thread and the session carries on. On a Spark Connect session the
+group is an operation tag (`addTag`, thread-local in the client) interrupted with
+`interruptTag`: only that request's work, in that session only.
 
 Planning (parsing, analysis, optimisation: constant folding runs in the driver) is not a job
 and cannot be cancelled. If the Spark thread is still busy `grace` seconds after the bound,
@@ -23,6 +25,7 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from spark_workers import connect
 from worker_sdk import HandlerError
 
 if TYPE_CHECKING:
@@ -92,6 +95,12 @@ class Runner:
         self._threads.shutdown(wait=False, cancel_futures=True)
 
     def _in_group(self, group: str, description: str, fn: Callable[[], T]) -> T:
+        if connect.is_remote(self.spark):
+            self.spark.addTag(group)
+            try:
+                return fn()
+            finally:
+                self.spark.removeTag(group)
         if not getattr(self._thread, "active", False):
             # The session's conf, not Spark's defaults, for whatever reads the thread's
             # SQLConf (it stays: Spark's actions restore the session they found).
@@ -103,7 +112,10 @@ class Runner:
 
     def _cancel(self, group: str) -> None:
         try:
-            self.spark.sparkContext.cancelJobGroup(group)
+            if connect.is_remote(self.spark):
+                self.spark.interruptTag(group)
+            else:
+                self.spark.sparkContext.cancelJobGroup(group)
         except Exception:  # the JVM may be gone: whoever ran the work hears about it
             logger.warning("could not cancel job group %s", group, exc_info=True)
 

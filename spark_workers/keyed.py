@@ -18,6 +18,10 @@ code 70 (`EXIT_JVM_LOST`) once drained, so its driver starts a fresh one. Work s
 `cancel_grace` seconds after its bound (planning cannot be interrupted) ends the process the
 same way, with exit code 71 (`EXIT_OVERRUN`). Each logs one line saying why.
 
+With `SPARK_WORKER_REMOTE=sc://...` the worker starts no JVM: it holds a session of its own
+on a shared Spark Connect server (`spark_workers.connect`), and a lost server ends it with
+exit code 72 (`EXIT_SERVER_LOST`) after giving the request in flight back to the queue.
+
     app = SparkWorker(load=lambda spark, key: spark.read.parquet(f"/data/{key}"))
 
     @app.handler()
@@ -39,7 +43,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from spark_workers import cancellation, catalog, jvm, session
+from spark_workers import cancellation, catalog, connect, jvm, session
 from spark_workers import settings as settings_mod
 from worker_sdk import HandlerError, Request, Requeue, Worker, WorkerSettings
 
@@ -58,6 +62,8 @@ VIEW_NAME = "dataset"
 #: Exit codes of a worker that ends itself: its JVM is gone, or work overran its bound.
 EXIT_JVM_LOST = 70
 EXIT_OVERRUN = 71
+#: Exit code of a Spark Connect worker whose server went away (with its session and data).
+EXIT_SERVER_LOST = 72
 
 #: Seconds to wait for the JVM process to exit once py4j cannot reach it (to tell an OOM).
 _EXIT_WAIT = 5.0
@@ -167,7 +173,9 @@ class SparkWorker:
             if self._validate is not None:
                 self._validate(key)
             t0 = time.perf_counter()
-            if spark is None:
+            if spark is None and self.settings.remote:
+                spark = connect.build_remote_session(self.settings)
+            elif spark is None:
                 spark = session.build_session(self.settings)
             timings["spark_start_s"] = time.perf_counter() - t0
             t1 = time.perf_counter()
@@ -176,8 +184,11 @@ class SparkWorker:
             if self.settings.cache:
                 if self.settings.cache_partitions:
                     df = df.coalesce(self.settings.cache_partitions)
-                df = df.cache()
-                rows = df.count()
+                if connect.is_remote(spark):
+                    df, rows = connect.cache(df)  # session-scoped: released with the session
+                else:
+                    df = df.cache()
+                    rows = df.count()
             df.createOrReplaceTempView(VIEW_NAME)
             timings["load_s"] = time.perf_counter() - t1
         except catalog.DatasetError as exc:
@@ -187,7 +198,7 @@ class SparkWorker:
         self._runner = cancellation.Runner(
             spark, grace=self.settings.cancel_grace, on_overrun=self._overrun
         )
-        self._watch = jvm.Watch.of(spark)
+        self._watch = None if connect.is_remote(spark) else jvm.Watch.of(spark)
         if self._watch is not None:
             self._watch.subscribe(self._jvm_exited)
         self.data = LoadedDataset(
@@ -227,6 +238,8 @@ class SparkWorker:
         except cancellation.DeadlineExceeded:
             raise
         except Exception as exc:
+            if connect.is_remote(data.spark) and connect.is_connection_error(exc):
+                self._server_lost(exc, request)
             lost = self._lost_by(exc)
             if lost is None:
                 raise
@@ -247,6 +260,21 @@ class SparkWorker:
         lost = watched or jvm.JvmLost("jvm_lost", None)
         self._jvm_exited(lost)
         return self.lost
+
+    def _server_lost(self, exc: BaseException, request: Request) -> None:
+        """The Spark Connect server went away (its session with it): end the worker, and give
+        `request` back to the queue, once (see `connect`)."""
+        with self._fatal_lock:
+            if self.lost is None:
+                self.lost = jvm.JvmLost("server_lost", None)
+        self._end(EXIT_SERVER_LOST, f"the Spark Connect server is gone: {str(exc)[:200]}")
+        if request.redelivered:
+            raise HandlerError(
+                "the Spark Connect server went away while this request ran, and it had "
+                "been delivered before (a request is requeued once)",
+                details={"reason": "server_lost"},
+            ) from exc
+        raise Requeue("the Spark Connect server went away") from exc
 
     def _jvm_exited(self, lost: jvm.JvmLost) -> None:
         if self._stopping:
@@ -298,5 +326,9 @@ class SparkWorker:
             self._watch.unsubscribe(self._jvm_exited)
         if self._runner is not None:
             self._runner.close()
-        if self.data is not None and self.exit_code is None:
-            self.data.spark.stop()  # not when ending: the JVM is gone, or a thread is stuck
+        if self.data is None or self.exit_code is not None:
+            return  # not when ending: the JVM or server is gone, or a thread is stuck
+        if connect.is_remote(self.data.spark):
+            connect.release(self.data.spark)  # the session's views and data go with it
+        else:
+            self.data.spark.stop()

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from spark_workers import sql_guard
+from spark_workers import connect, sql_guard
 from worker_sdk import HandlerError
 
 if TYPE_CHECKING:
@@ -203,6 +203,11 @@ def build(
     Identifiers are checked against `df`'s columns and quoted; values are bound parameters.
     """
     text, params = to_sql(query, list(df.columns), view=view)
+    if connect.is_remote(df.sparkSession):
+        # Over Spark Connect the guard cannot see a plan before the server runs it (see
+        # `connect`); this text is the worker's own, every identifier checked and quoted,
+        # every value a bound parameter.
+        return df.sparkSession.sql(text, args=params)
     limits = limits or sql_guard.Limits()
     own = dataclasses.replace(limits, max_sql_chars=None)
     return sql_guard.checked_sql(df.sparkSession, text, view=view, params=params, limits=own)

@@ -7,6 +7,8 @@ extra single-partition stage). The worker's memory is bounded instead by Spark i
 `spark.driver.maxResultSize` is set from `max_result_bytes` (see `session`), so a query
 returning too much fails in Spark before it reaches Python. The rows are then cut to
 `max_rows` (flagged `truncated`) and the encoded answer is checked against the byte cap.
+Over Spark Connect the server's `maxResultSize` is shared by every session and not set by a
+worker, so there the plan gets the `limit(max_rows + 1)`.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from spark_workers import connect
 from worker_sdk import HandlerError
 
 if TYPE_CHECKING:
@@ -24,6 +27,9 @@ if TYPE_CHECKING:
 
 def collect(df: DataFrame, *, max_rows: int) -> tuple[pa.Table, bool]:
     """At most `max_rows` rows of `df`, and whether there were more."""
+    if connect.is_remote(df.sparkSession):
+        # The server's maxResultSize is not this worker's to set: bound the plan instead.
+        df = df.limit(max_rows + 1)
     try:
         table = df.toArrow()
     except Exception as exc:

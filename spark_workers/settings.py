@@ -27,6 +27,18 @@ class SparkWorkerSettings(BaseSettings):
         description="Spark master URL: `local[*]` embedded, `spark://host:7077` for a "
         "standalone cluster.",
     )
+    remote: str | None = Field(
+        default=None,
+        description="Spark Connect URL (`sc://host:15002`): the worker opens a session of "
+        "its own on that shared server instead of starting a JVM (`master`, memory and "
+        "executor settings are then the server's). None: embedded Spark. See docs/spark.md.",
+    )
+    connect_timeout: float = Field(
+        default=120.0,
+        gt=0,
+        description="Seconds a Spark Connect worker waits at startup for the server to "
+        "answer (a restarting server) before it exits.",
+    )
     app_name: str = Field(default="osrdyne-spark-worker", description="Spark application name.")
     driver_memory: str = Field(default="2g", description="`spark.driver.memory` (JVM heap).")
     executor_memory: str | None = Field(
