@@ -164,7 +164,12 @@ async def time_to_answer(target: Target, kill: Any) -> float:
 async def diagnose(cluster: Cluster, target: Target) -> None:
     """What the broker says of the pool's queues, and where the client is (after a failure)."""
     connection = target.client._connection
-    print("client on", getattr(connection, "url", None), "controller on", target.controller.broker_node)
+    print(
+        "client on",
+        getattr(connection, "url", None),
+        "controller on",
+        target.controller.broker_node,
+    )
     for q in await cluster.queues(target.pool):
         print(" ", q["name"], q.get("leader"), q.get("online"), q.get("messages"))
     # The same request on a fresh connection to each node: refused by the broker, or only on
