@@ -34,25 +34,29 @@ async def delete_pool_objects(pool: str) -> None:
     prefix = "^" + re.escape(pool + "-")
     async with management() as http:
         for kind in ("queues", "exchanges"):
-            deleted: set[str] = set()
-            while True:  # page 1 again until none is left (a pool may have thousands)
+            # Every page first, then delete: the listing lags behind deletions (a pool may
+            # have thousands of queues, more than one page).
+            names: list[str] = []
+            page = 1
+            while True:
                 response = await http.get(
                     f"/{kind}/{vhost}",
                     params={
                         "name": prefix,
                         "use_regex": "true",
                         "columns": "name",
-                        "page": 1,
+                        "page": page,
                         "page_size": 500,
                     },
                 )
                 response.raise_for_status()
-                names = {item["name"] for item in response.json()["items"]} - deleted
-                if not names:
+                doc = response.json()
+                names.extend(item["name"] for item in doc["items"])
+                if page >= doc.get("page_count", 1):
                     break
-                for item in names:
-                    await http.delete(f"/{kind}/{vhost}/{urllib.parse.quote(item, safe='')}")
-                deleted |= names
+                page += 1
+            for name in names:
+                await http.delete(f"/{kind}/{vhost}/{urllib.parse.quote(name, safe='')}")
         for policy in ("requests", "poison"):
             await http.delete(f"/policies/{vhost}/osrdyne-{pool}-{policy}")
 

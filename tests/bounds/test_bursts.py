@@ -59,7 +59,8 @@ async def messages_by_queue(pool: str) -> dict[str, int]:
 
 
 async def test_a_burst_of_1000_new_keys_is_forwarded_in_full(
-    make_controller: MakeController, pool: str
+    pool: str,
+    make_controller: MakeController,
 ) -> None:
     running = await make_controller(
         pool, driver={"kind": "noop"}, queues={"type": "classic"}, groups={"loop_interval": 5}

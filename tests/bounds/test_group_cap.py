@@ -26,7 +26,7 @@ def overloaded(answer: Any, reason: str) -> bool:
 
 
 async def test_a_burst_gets_exactly_max_groups_then_admission_after_a_stop(
-    make_controller: MakeController, client: Client, pool: str
+    pool: str, make_controller: MakeController, client: Client
 ) -> None:
     running = await make_controller(
         pool, groups={"max_groups": 2, "stop_drain": 0.5}, queues={"type": "classic"}
@@ -66,7 +66,7 @@ async def test_a_burst_gets_exactly_max_groups_then_admission_after_a_stop(
 
 
 async def test_broker_limits_show_in_status_and_refuse_before_the_headroom(
-    make_controller: MakeController, client: Client, pool: str
+    pool: str, make_controller: MakeController, client: Client
 ) -> None:
     running = await make_controller(pool, queues={"type": "classic"})
     doc = await running.controller.report()
@@ -98,7 +98,7 @@ async def test_broker_limits_show_in_status_and_refuse_before_the_headroom(
 
 
 async def test_an_operators_warm_beyond_the_cap_is_answered_503_with_the_reason(
-    make_controller: MakeController, serve: Any, pool: str
+    pool: str, make_controller: MakeController, serve: Any
 ) -> None:
     running = await make_controller(pool, groups={"max_groups": 1}, driver={"kind": "noop"})
     base = await serve(running)

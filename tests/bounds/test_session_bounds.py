@@ -26,7 +26,7 @@ MARGIN = 15.0
 
 
 async def test_a_broker_that_stops_answering_ends_the_session_and_it_retries(
-    make_controller: MakeController, make_proxy: MakeProxy, pool: str
+    pool: str, make_controller: MakeController, make_proxy: MakeProxy
 ) -> None:
     amqp, amqp_url = await make_proxy(AMQP_URL + "?heartbeat=1")
     amqp.stall()  # handshakes never complete
@@ -51,7 +51,7 @@ async def test_a_broker_that_stops_answering_ends_the_session_and_it_retries(
 
 
 async def test_a_management_api_that_stops_answering_bounds_start_up(
-    make_controller: MakeController, make_proxy: MakeProxy, pool: str
+    pool: str, make_controller: MakeController, make_proxy: MakeProxy
 ) -> None:
     management, management_url = await make_proxy(MANAGEMENT_URL)
     management.stall()  # the policy cannot be applied, nor queues listed
@@ -72,7 +72,7 @@ async def test_a_management_api_that_stops_answering_bounds_start_up(
 
 
 async def test_stop_ends_within_grace_while_the_broker_does_not_answer(
-    make_controller: MakeController, make_proxy: MakeProxy, pool: str
+    pool: str, make_controller: MakeController, make_proxy: MakeProxy
 ) -> None:
     amqp, amqp_url = await make_proxy(AMQP_URL)
     management, management_url = await make_proxy(MANAGEMENT_URL)
