@@ -183,6 +183,8 @@ class FailoverConnection(aio_pika.RobustConnection):
         self._index = start % len(self.urls)
         self._base_interval = reconnect_interval
         self._failed_in_a_row = 0
+        #: Moved to the next address since the last attempt (its connection was lost).
+        self._moved = False
         super().__init__(self.urls[self._index], reconnect_interval=reconnect_interval, **kwargs)
 
     @property
@@ -193,28 +195,36 @@ class FailoverConnection(aio_pika.RobustConnection):
     def _advance(self) -> None:
         self._index = (self._index + 1) % len(self.urls)
         self.url = self.urls[self._index]
-        rounds = self._failed_in_a_row // len(self.urls)
-        quick = self._failed_in_a_row % len(self.urls) != 0 or rounds == 0
-        self.reconnect_interval = (
-            min(0.1, self._base_interval)
-            if quick
-            else min(MAX_BACKOFF, self._base_interval * 2 ** min(rounds - 1, 6))
-        )
+
+    def _pause_after_failure(self) -> float:
+        """Soon while a round has addresses left to try; after a whole round, doubling.
+        One address: aio-pika's fixed interval, as before."""
+        if len(self.urls) == 1:
+            return self._base_interval
+        rounds, within = divmod(self._failed_in_a_row, len(self.urls))
+        if within or rounds == 0:
+            return min(0.1, self._base_interval)
+        return float(min(MAX_BACKOFF, self._base_interval * 2 ** min(rounds - 1, 6)))
 
     async def _on_connection_close(self, closing: asyncio.Future[Any]) -> None:
         if not self._close_called and not self.is_closed and len(self.urls) > 1:
             # Move before the reconnection task wakes up: it tries `self.url` at once.
             self._advance()
+            self._moved = True
             logger.info("connection lost; next attempt on %s", _redacted(self.url))
         await super()._on_connection_close(closing)
 
     async def _RobustConnection__connect_transport(self) -> None:  # noqa: N802
+        if self._failed_in_a_row and not self._moved and len(self.urls) > 1:
+            # The last attempt failed (aio-pika has logged it, with its address) before it had
+            # a connection to lose (else `_on_connection_close` moved on already): next one.
+            self._advance()
+        self._moved = False
         try:
             await getattr(super(), _ATTEMPT)()
         except BaseException:
             self._failed_in_a_row += 1
-            if len(self.urls) > 1:
-                self._advance()
+            self.reconnect_interval = self._pause_after_failure()
             raise
         self._failed_in_a_row = 0
         self.reconnect_interval = self._base_interval

@@ -82,26 +82,36 @@ async def test_a_connection_goes_to_the_first_node_that_answers() -> None:
 
 
 async def test_a_robust_connection_moves_to_the_next_node_when_its_node_is_lost() -> None:
-    proxy = await TcpProxy("127.0.0.1", BROKER_PORT).start()
-    first = f"amqp://guest:guest@127.0.0.1:{proxy.port}/%2F"
+    """Connected through proxy A; A dies; B refuses (a node down, its attempt fails); the
+    connection ends up on the broker itself, its channel and queue restored there."""
+    first = await TcpProxy("127.0.0.1", BROKER_PORT).start()
+    down = await TcpProxy("127.0.0.1", BROKER_PORT).start()
+    down.refusing = True
+    urls = [
+        DOWN,
+        f"amqp://guest:guest@127.0.0.1:{first.port}/%2F",
+        f"amqp://guest:guest@127.0.0.1:{down.port}/%2F",
+        broker.AMQP_URL,
+    ]
     connection = await wire.connect_robust(
-        [DOWN, first, broker.AMQP_URL], name="test failover robust", reconnect_interval=0.2
+        urls, name="test failover robust", reconnect_interval=0.2
     )
     try:
-        assert connection.url.port == proxy.port  # the down node skipped
+        assert connection.url.port == first.port  # the closed port skipped
         channel = await connection.channel()
         queue = await channel.declare_queue(exclusive=True)
         reconnected = []
         connection.reconnect_callbacks.add(lambda *_: reconnected.append(True))
-        proxy.refusing = True  # the node dies, and stays down
-        proxy.cut()
+        first.refusing = True  # the node dies, and stays down
+        first.cut()
         await eventually(lambda: reconnected, what="a reconnection", timeout=30)
         assert connection.url.port == BROKER_PORT
         # The channel and its queue were restored on the next node.
         await channel.declare_queue(queue.name, passive=True)
     finally:
         await connection.close()
-        await proxy.close()
+        await first.close()
+        await down.close()
 
 
 async def test_the_client_calls_through_the_addresses_it_is_given() -> None:
