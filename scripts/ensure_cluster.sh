@@ -94,7 +94,14 @@ prepare() {
   fi
   for n in "${NODES[@]}"; do write_files "$n"; done
   if [[ $(id -u) == 0 ]] && id rabbitmq >/dev/null 2>&1; then
-    chown -R rabbitmq:rabbitmq "$BASE"
+    # What this script writes, not the nodes' own files: a running node creates and removes
+    # files under mnesia/ while a recursive chown walks them.
+    chown rabbitmq:rabbitmq "$BASE" "$BASE/.erlang.cookie"
+    for n in "${NODES[@]}"; do
+      local dir=$BASE/c$n
+      chown rabbitmq:rabbitmq "$dir" "$dir/mnesia" "$dir/log" "$dir/rabbitmq-env.conf" \
+        "$dir/enabled_plugins" "$dir/advanced.config" "$dir/rabbitmq.conf"
+    done
   fi
 }
 

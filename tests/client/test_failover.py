@@ -178,3 +178,24 @@ async def test_a_pool_of_classic_queues_keeps_them_when_it_moves_to_a_cluster(
         assert not connection.is_closed
     finally:
         await connection.close()
+
+
+def test_a_workers_addresses_are_checked_when_it_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`WORKER_AMQP_URI` may carry several addresses; a wrong one fails at start, not at the
+    first reconnection."""
+    from worker_sdk import WorkerSettings
+
+    env = {
+        "WORKER_ID": "w",
+        "WORKER_KEY": "k",
+        "WORKER_POOL": "p",
+        "WORKER_REQUESTS_QUEUE": "p-req-k",
+        "WORKER_ACTIVITY_EXCHANGE": "p-activity-xchg",
+    }
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("WORKER_AMQP_URI", "amqp://a:5681/%2F, amqp://b:5682/%2F")
+    assert WorkerSettings().amqp_uri == "amqp://a:5681/%2F,amqp://b:5682/%2F"  # type: ignore[call-arg]
+    monkeypatch.setenv("WORKER_AMQP_URI", "amqp://a:5681/%2F,a:5682")
+    with pytest.raises(ValueError, match="not an AMQP URI"):
+        WorkerSettings()  # type: ignore[call-arg]
