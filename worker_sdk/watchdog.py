@@ -7,6 +7,9 @@ is *abandoned*: the request is answered (`worker_error`, reason `timeout`) and a
 slot is given back. A thread that is still running `stall_grace` seconds later has wedged the
 worker: the watchdog ends the process (after saying why), its driver restarts it, and no
 activity report of a stalled request keeps its group alive meanwhile.
+
+`time_limit` says what a request's limit is, `within_limit` awaits a handler under it and
+raises `Stalled` at the limit, and `Watchdog` keeps the threads abandoned there.
 """
 
 from __future__ import annotations
@@ -16,12 +19,48 @@ import concurrent.futures
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from worker_sdk import errors
 
 logger = logging.getLogger(__name__)
 
 #: Exit code of a worker the watchdog ended (EX_SOFTWARE).
 EXIT_WEDGED = 70
+
+T = TypeVar("T")
+
+
+class Stalled(errors.HandlerError):
+    """The handler ran past its time limit (answered for it)."""
+
+    def __init__(self, limit: float) -> None:
+        super().__init__(
+            f"the handler ran past its time limit ({limit:.3g} s)",
+            details={"reason": "timeout", "limit_s": round(limit, 3)},
+        )
+
+
+def time_limit(*, handler_timeout: float, stall_grace: float, time_left: float | None) -> float:
+    """A request's limit: `handler_timeout`, or the caller's deadline (`time_left` from now)
+    plus `stall_grace` if sooner."""
+    if time_left is None:
+        return handler_timeout
+    return min(handler_timeout, time_left + stall_grace)
+
+
+async def within_limit(work: Awaitable[T], limit: float) -> T:
+    """`work`'s result, or `Stalled` once it runs `limit` seconds (a `TimeoutError` of the
+    handler's own goes through as it is)."""
+    scope = asyncio.timeout(limit)
+    try:
+        async with scope:
+            return await work
+    except TimeoutError:
+        if not scope.expired():
+            raise  # the handler's own
+        raise Stalled(limit) from None
 
 
 @dataclasses.dataclass

@@ -3,10 +3,10 @@
 Life of a worker: publish `started`, run the startup hooks (load what the key names), wait for
 the request queue, consume it, publish `ready`. Each request is checked (its protocol headers
 must be what the protocol allows, else it is answered `invalid_request`), handled under a time
-limit (`watchdog`), replied to and only then acked. On SIGTERM it stops consuming, gives
-in-flight requests `drain_timeout` to finish, and closes; whatever was abandoned is requeued
-by the broker and said in the log. A worker whose handler thread wedges ends itself
-(`Worker.abort`), so its driver restarts it.
+limit (`watchdog`), replied to (`replies`) and only then acked. On SIGTERM it stops
+consuming, gives in-flight requests `drain_timeout` to finish, and closes; whatever was
+abandoned is requeued by the broker and said in the log. A worker whose handler thread wedges
+ends itself (`Worker.abort`), so its driver restarts it.
 """
 
 from __future__ import annotations
@@ -19,28 +19,18 @@ import logging
 import os
 import signal
 import time
-import traceback
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import aio_pika
 import aio_pika.abc
 import aio_pika.exceptions
-import aiormq
 import tenacity
 
 from osrdyne import wire
 from osrdyne.ops import logs
-from osrdyne.wire import (
-    DIRECT_REPLY_TO,
-    Event,
-    Header,
-    Status,
-    reply_delivery_mode,
-    request_problem,
-    text,
-)
-from worker_sdk import activity, errors, request, tracing, watchdog
+from osrdyne.wire import Event, Header, Status, request_problem, text
+from worker_sdk import activity, errors, replies, request, tracing, watchdog
 from worker_sdk.metrics import OUTCOMES, WorkerMetrics
 from worker_sdk.settings import WorkerSettings
 
@@ -77,8 +67,7 @@ class Worker:
         )
         self._in_flight: set[asyncio.Task[None]] = set()
         self._reporter: activity.ActivityReporter | None = None
-        self._channel: aio_pika.abc.AbstractChannel | None = None
-        self._fast_channel: aio_pika.abc.AbstractChannel | None = None
+        self._replier: replies.Replier | None = None
         #: Counters of what this worker did (handled ok, failed, requeued, expired).
         self.stats: dict[str, int] = dict.fromkeys(OUTCOMES, 0)
         #: The same counts and handler latency, for Prometheus (`WORKER_METRICS_PORT`).
@@ -157,8 +146,9 @@ class Worker:
         )
         try:
             channel = await connection.channel(publisher_confirms=True)
-            self._channel = channel
-            self._fast_channel = await connection.channel(publisher_confirms=False)
+            self._replier = replies.Replier(
+                s, confirmed=channel, fast=await connection.channel(publisher_confirms=False)
+            )
             await channel.set_qos(prefetch_count=s.concurrency)
             reporter = activity.ActivityReporter(
                 channel,
@@ -325,18 +315,15 @@ class Worker:
             "refusing request %s: %s", message.correlation_id, problem,
             extra=self._fields(message.correlation_id),
         )  # fmt: skip
-        s = self.settings
-        body = wire.error_body(
-            status=Status.INVALID_REQUEST, error=problem, pool=s.pool, key=s.key, worker_id=s.id
-        )
-        await self._reply(message, body, status=Status.INVALID_REQUEST)
+        body = self._replies.error_body(Status.INVALID_REQUEST, problem)
+        await self._replies.send(message, body, status=Status.INVALID_REQUEST)
         await message.ack()
 
     async def _handle_one(self, message: aio_pika.abc.AbstractIncomingMessage) -> None:
         req = request.Request(
             message,
             key=self.settings.key,
-            progress_sender=lambda body, ctype: self._reply(
+            progress_sender=lambda body, ctype: self._replies.send(
                 message, body, content_type=ctype, status=Status.PROGRESS, interim=True
             ),
             loop=asyncio.get_running_loop(),
@@ -344,10 +331,12 @@ class Worker:
         left = req.time_left()
         if left is not None and left <= 0:
             self._count("expired")
-            body = self._error_body(
-                req, Status.EXPIRED, "the caller's deadline passed before the work started"
+            body = self._replies.error_body(
+                Status.EXPIRED,
+                "the caller's deadline passed before the work started",
+                path=req.path,
             )
-            await self._reply(message, body, status=Status.EXPIRED)
+            await self._replies.send(message, body, status=Status.EXPIRED)
             await message.ack()
             return
         try:
@@ -359,10 +348,10 @@ class Worker:
             await message.reject(requeue=True)
             return
         except errors.HandlerError as exc:
-            self._count("stalled" if isinstance(exc, _Stalled) else "failed")
+            self._count("stalled" if isinstance(exc, watchdog.Stalled) else "failed")
             status = exc.status or self.settings.error_status
-            body = self._error_body(req, status, exc.message, details=exc.details)
-            await self._reply(message, body, status=status)
+            body = self._replies.error_body(status, exc.message, path=req.path, details=exc.details)
+            await self._replies.send(message, body, status=status)
         except Exception as exc:
             self._count("failed")
             logger.exception(
@@ -370,41 +359,36 @@ class Worker:
                 req.correlation_id,
                 extra=self._fields(req.correlation_id),
             )
-            body = self._error_body(
-                req,
+            body = self._replies.error_body(
                 self.settings.error_status,
                 f"{type(exc).__name__}: {exc}",
-                details={"traceback": _short_tb(exc)},
+                path=req.path,
+                details={"traceback": replies.traceback_tail(exc)},
             )
-            await self._reply(message, body, status=self.settings.error_status)
+            await self._replies.send(message, body, status=self.settings.error_status)
         else:
             self._count("ok")
             data, content_type = request.encode_body(result)
-            await self._reply(message, data, content_type=content_type, status=Status.OK)
+            await self._replies.send(message, data, content_type=content_type, status=Status.OK)
         await message.ack()
 
     async def _within_limit(self, req: request.Request) -> Any:
-        """The handler's result, or `_Stalled` once it runs past its time limit: the
+        """The handler's result, or `watchdog.Stalled` once it runs past its time limit: the
         worker's `handler_timeout`, or the caller's deadline plus `stall_grace` if sooner."""
         s = self.settings
-        limit = s.handler_timeout
-        left = req.time_left()
-        if left is not None:
-            limit = min(limit, left + s.stall_grace)
-        scope = asyncio.timeout(limit)
+        limit = watchdog.time_limit(
+            handler_timeout=s.handler_timeout, stall_grace=s.stall_grace, time_left=req.time_left()
+        )
         try:
-            async with scope:
-                return await self._dispatch(req)
-        except TimeoutError:
-            if not scope.expired():
-                raise  # the handler's own
+            return await watchdog.within_limit(self._dispatch(req), limit)
+        except watchdog.Stalled:
             logger.error(
                 "handler of request %s ran past its %.3g s limit: answered, slot freed",
                 req.correlation_id,
                 limit,
                 extra=self._fields(req.correlation_id),
             )
-            raise _Stalled(limit) from None
+            raise
 
     async def _dispatch(self, req: request.Request) -> Any:
         handler = self._handlers.get(req.path)
@@ -440,63 +424,11 @@ class Worker:
         s = self.settings
         return {"pool": s.pool, "key": s.key, "worker_id": s.id, "correlation_id": correlation_id}
 
-    def _error_body(
-        self, req: request.Request, status: str, message: str, *, details: Any = None
-    ) -> bytes:
-        """The error body every sender uses (`wire.error_document`)."""
-        s = self.settings
-        return wire.error_body(
-            status=status,
-            error=message,
-            pool=s.pool,
-            key=s.key,
-            path=req.path,
-            worker_id=s.id,
-            details=details,
-        )
-
-    async def _reply(
-        self,
-        message: aio_pika.abc.AbstractIncomingMessage,
-        body: bytes,
-        *,
-        status: str,
-        content_type: str | None = "application/json",
-        interim: bool = False,
-    ) -> None:
-        if not message.reply_to:
-            return
-        assert self._channel is not None and self._fast_channel is not None
-        headers: dict[str, Any] = {Header.STATUS: status}
-        if interim:
-            headers[Header.NON_TERMINATING] = True
-        tracing.inject(headers)  # the handler's span, when tracing is on
-        properties = aiormq.spec.Basic.Properties(
-            headers=headers,
-            correlation_id=message.correlation_id,
-            content_type=content_type,
-            delivery_mode=reply_delivery_mode(message.reply_to),
-        )
-        # A confirm means nothing for a direct reply-to address (the broker hands the reply
-        # to the caller's channel or drops it): those go on a channel without confirms;
-        # replies to named queues are confirmed before the request is acked.
-        direct = message.reply_to.startswith(DIRECT_REPLY_TO)
-        channel = await (self._fast_channel if direct else self._channel).get_underlay_channel()
-        # Published on the aiormq channel: aio-pika's Message costs ~30 µs and adds nothing.
-        # mandatory=False: RabbitMQ 3.10 bounces mandatory replies to direct reply-to.
-        await channel.basic_publish(
-            body, routing_key=message.reply_to, properties=properties, mandatory=False
-        )
-
-
-class _Stalled(errors.HandlerError):
-    """The handler ran past its time limit (answered for it; see `watchdog`)."""
-
-    def __init__(self, limit: float) -> None:
-        super().__init__(
-            f"the handler ran past its time limit ({limit:.3g} s)",
-            details={"reason": "timeout", "limit_s": round(limit, 3)},
-        )
+    @property
+    def _replies(self) -> replies.Replier:
+        """Sends this worker's replies (set once its channels are open)."""
+        assert self._replier is not None
+        return self._replier
 
 
 async def _first_of(*events: asyncio.Event) -> None:
@@ -507,7 +439,3 @@ async def _first_of(*events: asyncio.Event) -> None:
     finally:
         for wait in waits:
             wait.cancel()
-
-
-def _short_tb(exc: BaseException) -> list[str]:
-    return [line.rstrip() for line in traceback.format_exception(exc)[-4:]]
