@@ -150,9 +150,14 @@ class Running:
 
 @pytest.fixture
 async def make_controller(
-    tmp_path: Path, amqp_url: str
+    tmp_path: Path, amqp_url: str, make_pool: Callable[[], str]
 ) -> AsyncIterator[Callable[..., Awaitable[Running]]]:
-    """Start controllers (leader awaited unless `wait=False`); all stopped after the test."""
+    """Start controllers (leader awaited unless `wait=False`); all stopped after the test.
+
+    Depends on `make_pool` so that pools are deleted only once their controllers have stopped,
+    whatever order a test asks for `pool` and `make_controller` in (a controller still running
+    would declare the deleted queues again, and they would stay)."""
+    del make_pool  # only its teardown order matters here
     running: list[Running] = []
 
     async def make(pool: str, *, wait: bool = True, **overrides: Any) -> Running:
