@@ -66,7 +66,7 @@ async def test_a_burst_gets_exactly_max_groups_then_admission_after_a_stop(
 
 
 async def test_broker_limits_show_in_status_and_refuse_before_the_headroom(
-    pool: str, make_controller: MakeController, client: Client
+    pool: str, make_pool: Callable[[], str], make_controller: MakeController, client: Client
 ) -> None:
     running = await make_controller(pool, queues={"type": "classic"})
     doc = await running.controller.report()
@@ -84,10 +84,11 @@ async def test_broker_limits_show_in_status_and_refuse_before_the_headroom(
     )
 
     # A headroom larger than the broker has: every new key is refused, at once.
+    tight_pool = make_pool()  # a pool of its own, deleted after the test like `pool`
     tight = await make_controller(
-        f"{pool}-tight", broker={"fd_headroom": broker.fd_total}, queues={"type": "classic"}
+        tight_pool, broker={"fd_headroom": broker.fd_total}, queues={"type": "classic"}
     )
-    answer = await client.call(f"{pool}-tight", "new", timeout=60)
+    answer = await client.call(tight_pool, "new", timeout=60)
     assert overloaded(answer, "broker_fd"), answer.body
     tight_doc = await tight.controller.report()
     assert tight_doc.admission is not None and tight_doc.admission.refusing == "broker_fd"
