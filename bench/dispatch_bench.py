@@ -149,18 +149,26 @@ def delete_objects(prefixes: list[str], policies: list[str]) -> list[str]:
     with _http() as http:
         for kind in ("queues", "exchanges"):
             for prefix in prefixes:
-                response = http.get(
-                    f"/{kind}/{_vhost()}",
-                    params={
-                        "name": "^" + re.escape(prefix),
-                        "use_regex": "true",
-                        "columns": "name",
-                        "page": 1,
-                        "page_size": 500,
-                    },
-                )
-                response.raise_for_status()
-                for item in response.json()["items"]:
+                items: list[dict[str, str]] = []
+                page = 1
+                while True:  # paged: unpaged listings ignore the name filter
+                    response = http.get(
+                        f"/{kind}/{_vhost()}",
+                        params={
+                            "name": "^" + re.escape(prefix),
+                            "use_regex": "true",
+                            "columns": "name",
+                            "page": page,
+                            "page_size": 500,
+                        },
+                    )
+                    response.raise_for_status()
+                    doc = response.json()
+                    items.extend(doc["items"])
+                    if page >= doc.get("page_count", 1):
+                        break
+                    page += 1
+                for item in items:
                     name = urllib.parse.quote(item["name"], safe="")
                     http.delete(f"/{kind}/{_vhost()}/{name}")
                     deleted.append(f"{kind[:-1]} {item['name']}")

@@ -15,6 +15,7 @@ import time
 import aio_pika
 import aio_pika.abc
 
+from osrdyne import wire
 from osrdyne.wire import Event, Header
 
 logger = logging.getLogger(__name__)
@@ -23,7 +24,7 @@ logger = logging.getLogger(__name__)
 class ActivityReporter:
     def __init__(
         self,
-        channel: aio_pika.abc.AbstractChannel,
+        channel: wire.RenewingChannel,
         *,
         exchange: str,
         key: str,
@@ -38,19 +39,21 @@ class ActivityReporter:
         self._last_sent = float("-inf")
         self._pending = False
         self._in_flight = 0
-        self._exchange: aio_pika.abc.AbstractExchange | None = None
         self._sending: set[asyncio.Task[None]] = set()
         #: Reports actually published (tests and metrics read it).
         self.sent = 0
 
     async def emit(self, event: Event) -> None:
         """Publish one report now (used for `started` and `ready`)."""
-        if self._exchange is None:
-            self._exchange = await self._channel.get_exchange(self._exchange_name, ensure=False)
         message = aio_pika.Message(
             b"", headers={Header.EVENT: event.value, Header.WORKER_ID: self._worker_id}
         )
-        await self._exchange.publish(message, routing_key=self._key)
+
+        async def publish(on: aio_pika.abc.AbstractChannel) -> None:
+            exchange = await on.get_exchange(self._exchange_name, ensure=False)
+            await exchange.publish(message, routing_key=self._key)
+
+        await self._channel.publish(publish)
         self._last_sent = time.monotonic()
         self.sent += 1
 

@@ -28,7 +28,7 @@ class Replier:
         self,
         settings: WorkerSettings,
         *,
-        confirmed: aio_pika.abc.AbstractChannel,
+        confirmed: wire.RenewingChannel,
         fast: aio_pika.abc.AbstractChannel,
     ) -> None:
         self._settings = settings
@@ -76,13 +76,21 @@ class Replier:
         # A confirm means nothing for a direct reply-to address (the broker hands the reply
         # to the caller's channel or drops it): those go on a channel without confirms;
         # replies to named queues are confirmed before the request is acked.
-        direct = message.reply_to.startswith(DIRECT_REPLY_TO)
-        channel = await (self._fast if direct else self._confirmed).get_underlay_channel()
-        # Published on the aiormq channel: aio-pika's Message costs ~30 µs and adds nothing.
-        # mandatory=False: RabbitMQ 3.10 bounces mandatory replies to direct reply-to.
-        await channel.basic_publish(
-            body, routing_key=message.reply_to, properties=properties, mandatory=False
-        )
+        reply_to = message.reply_to
+
+        async def publish(on: aio_pika.abc.AbstractChannel) -> None:
+            channel = await on.get_underlay_channel()
+            # Published on the aiormq channel: aio-pika's Message costs ~30 µs and adds
+            # nothing. mandatory=False: RabbitMQ 3.10 bounces mandatory replies to direct
+            # reply-to.
+            await channel.basic_publish(
+                body, routing_key=reply_to, properties=properties, mandatory=False
+            )
+
+        if reply_to.startswith(DIRECT_REPLY_TO):
+            await publish(self._fast)
+        else:
+            await self._confirmed.publish(publish)
 
 
 def traceback_tail(exc: BaseException) -> list[str]:

@@ -146,12 +146,15 @@ class Worker:
         )
         try:
             channel = await connection.channel(publisher_confirms=True)
+            # Confirmed publishes (activity, replies to named queues) on a channel of their
+            # own, replaced if the broker keeps refusing it (`wire.RenewingChannel`).
+            publisher = wire.RenewingChannel(connection, name=f"worker {s.id}")
             self._replier = replies.Replier(
-                s, confirmed=channel, fast=await connection.channel(publisher_confirms=False)
+                s, confirmed=publisher, fast=await connection.channel(publisher_confirms=False)
             )
             await channel.set_qos(prefetch_count=s.concurrency)
             reporter = activity.ActivityReporter(
-                channel,
+                publisher,
                 exchange=s.activity_exchange,
                 key=s.key,
                 worker_id=s.id,

@@ -7,7 +7,11 @@ The URL may be a list of a cluster's nodes (or one comma-separated string): the 
 the first that answers and moves to the next when its node is lost.
 
 Many calls share one connection and one channel consuming RabbitMQ's direct reply-to: each
-call has a correlation id mapped to a future, removed when the call ends. Requests are
+call has a correlation id mapped to a future, removed when the call ends. A request the broker
+refuses (a negative confirm) is published once more on a fresh channel, which takes every new
+call from then on (`wire.RenewingChannel`: after a queue leader moved, a channel can go on
+refusing what a fresh one takes); calls waiting on the old channel get their replies there,
+and it is closed when the last of them ends. Requests are
 published with `mandatory` and publisher confirms; each carries its deadline (`x-deadline`)
 and an `expiration`, so a request nobody picks up in time dies as `expired` and is answered,
 and a worker that picks up a request whose caller gave up skips it. A reply arriving after
@@ -63,16 +67,25 @@ class _Call:
     """
 
     def __init__(
-        self, calls: dict[str, _Call], pool: str, key: str, timeout: float, path: str | None
+        self,
+        calls: dict[str, _Call],
+        pool: str,
+        key: str,
+        timeout: float,
+        path: str | None,
+        release: Callable[[aio_pika.abc.AbstractChannel], None],
     ) -> None:
         self.pool, self.key, self.path, self.timeout = pool, key, path, timeout
         self.correlation_id = uuid.uuid4().hex
+        #: The channel the request went out on (its direct replies come back there).
+        self.channel: aio_pika.abc.AbstractChannel | None = None
         self.span = tracing.start_call_span(pool, key, path)
         self.inbox: collections.deque[Response] = collections.deque()
         self.error: BaseException | None = None
         #: The final response has arrived (anything later is a late reply).
         self.answered = False
         self._calls = calls
+        self._release = release
         self._deadline = time.monotonic() + timeout
         self._waiter: asyncio.Future[None] | None = None
         self._status: str | None = None
@@ -88,12 +101,19 @@ class _Call:
         tb: TracebackType | None,
     ) -> None:
         self._calls.pop(self.correlation_id, None)
+        if self.channel is not None:
+            self._release(self.channel)
+            self.channel = None
         self.span.finish(self._status, exc if isinstance(exc, Exception) else None)
 
     def deliver(self, response: Response) -> None:
         self.inbox.append(response)
         self.answered = self.answered or not response.interim
         self._wake()
+
+    @property
+    def time_left(self) -> float:
+        return self._deadline - time.monotonic()
 
     def fail(self, error: BaseException) -> None:
         if not self.answered:
@@ -157,7 +177,10 @@ class Client:
         #: Replies that arrived after their call had ended (timed out or cancelled).
         self.late_replies = 0
         self._connection: aio_pika.abc.AbstractRobustConnection | None = None
-        self._channel: aio_pika.abc.AbstractChannel | None = None
+        #: The channel requests are published on (and direct replies consumed on).
+        self._channel: wire.RenewingChannel | None = None
+        #: With `reply_queue`: the channel consuming it.
+        self._reply_channel: aio_pika.abc.AbstractChannel | None = None
         self._calls: dict[str, _Call] = {}
         #: Request exchanges known to exist.
         self._exchanges: set[str] = set()
@@ -179,30 +202,50 @@ class Client:
         self._connection = connection
         self._connection.close_callbacks.add(self._on_close)
         self._connection.reconnect_callbacks.add(self._on_reconnect)
-        await self._open_channel()
-
-    async def _open_channel(self) -> None:
-        assert self._connection is not None
-        self._channel = await self._connection.channel(publisher_confirms=self.confirm)
-        if self.reply_queue is None:
-            self._channel.close_callbacks.add(self._on_close)
-            # The robust channel does not know this consumer: consume again on every reopen
-            # (after a reconnect, or after the broker closed the channel).
-            self._channel.reopen_callbacks.add(self._consume_direct_replies)
-            await self._consume_direct_replies()
-        else:
-            durable = await self._channel.declare_queue(
+        direct = self.reply_queue is None
+        self._channel = wire.RenewingChannel(
+            connection,
+            name=self.name,
+            publisher_confirms=self.confirm,
+            on_open=self._prepare_direct_channel if direct else None,
+        )
+        await self._channel.channel()
+        if not direct:
+            self._reply_channel = await connection.channel()
+            durable = await self._reply_channel.declare_queue(
                 self.reply_queue,
                 durable=True,
                 arguments={"x-expires": int(self.reply_queue_expires * 1000)},
             )
             await durable.consume(self._on_durable_reply)
 
+    async def _prepare_direct_channel(self, channel: aio_pika.abc.AbstractChannel) -> None:
+        """A channel's direct replies consumed; its calls failed if the broker closes it."""
+
+        def closed(*_: Any) -> None:
+            assert self._channel is not None
+            if not self._channel.is_retired(channel):
+                self._fail_calls_on(channel, exceptions.ConnectionLost("channel closed"))
+
+        channel.close_callbacks.add(closed)
+        # The robust channel does not know this consumer: consume again on every reopen
+        # (after a reconnect, or after the broker closed the channel).
+        if isinstance(channel, aio_pika.abc.AbstractRobustChannel):
+            channel.reopen_callbacks.add(self._consume_direct_replies)
+        await self._consume_direct_replies(channel)
+
     async def close(self) -> None:
         self._fail_all(exceptions.ConnectionLost("client closed"))
+        if self._channel is not None:
+            await self._channel.close()
         if self._connection is not None:
             await self._connection.close()
-        self._connection = self._channel = None
+        self._connection = self._channel = self._reply_channel = None
+
+    @property
+    def channel_renewals(self) -> int:
+        """Channels replaced after the broker refused a request on them."""
+        return self._channel.renewals if self._channel is not None else 0
 
     # -- calls ----------------------------------------------------------------------------
 
@@ -253,7 +296,7 @@ class Client:
     def _new_call(self, pool: str, key: str, timeout: float, path: str | None) -> _Call:
         if self._channel is None:
             raise exceptions.ClientError("client is not connected: use `async with Client()`")
-        return _Call(self._calls, pool, key, timeout, path)
+        return _Call(self._calls, pool, key, timeout, path, self._channel.release)
 
     async def _send(self, call: _Call, body: Body, headers: dict[str, Any] | None) -> None:
         """Publish the request of `call` (confirmed when `confirm`)."""
@@ -279,21 +322,44 @@ class Client:
             expiration=str(max(0, int(call.timeout * 1000))) if self.expire else None,
             timestamp=datetime.datetime.now(datetime.UTC),
         )
-        await self._publish(call.pool, call.key, data, properties)
+        await self._publish(call, data, properties)
 
     async def _publish(
-        self, pool: str, key: str, data: bytes, properties: aiormq.spec.Basic.Properties
+        self, call: _Call, data: bytes, properties: aiormq.spec.Basic.Properties
     ) -> None:
+        """Publish on the current channel, held by `call` until it ends; refused, once more
+        on a fresh channel while the call's deadline allows."""
         assert self._connection is not None and self._channel is not None
         if not self._connection.connected.is_set():
             # Fail now rather than wait, outside the call's timeout, for the reconnection.
             raise exceptions.ConnectionLost(
-                f"cannot publish to pool {pool!r}: the connection to the broker is down "
+                f"cannot publish to pool {call.pool!r}: the connection to the broker is down "
                 "(reconnecting)"
             )
+        call.channel = await self._channel.acquire()
+        try:
+            await self._publish_on(call.channel, call.pool, call.key, data, properties)
+        except exceptions.RequestRefused:
+            if call.time_left <= 0:
+                raise
+            fresh = await self._channel.renew(call.channel)
+            if fresh is None:
+                raise
+            self._channel.release(call.channel)
+            call.channel = await self._channel.acquire()
+            await self._publish_on(call.channel, call.pool, call.key, data, properties)
+
+    async def _publish_on(
+        self,
+        on: aio_pika.abc.AbstractChannel,
+        pool: str,
+        key: str,
+        data: bytes,
+        properties: aiormq.spec.Basic.Properties,
+    ) -> None:
         try:
             exchange = await self._exchange(pool)
-            channel = await self._channel.get_underlay_channel()
+            channel = await on.get_underlay_channel()
             result = await channel.basic_publish(
                 data, exchange=exchange, routing_key=key, properties=properties, mandatory=True
             )
@@ -347,11 +413,12 @@ class Client:
 
     # -- replies --------------------------------------------------------------------------
 
-    async def _consume_direct_replies(self, *_: Any) -> None:
+    async def _consume_direct_replies(self, on: aio_pika.abc.AbstractChannel | None) -> None:
+        if on is None:  # a reopen callback always names its channel
+            return
         # On the underlying aiormq channel: one task per reply, where aio-pika's consumer adds
         # a second task and an IncomingMessage (the client's hot path).
-        assert self._channel is not None
-        channel = await self._channel.get_underlay_channel()
+        channel = await on.get_underlay_channel()
         await channel.basic_consume(DIRECT_REPLY_TO, self._on_direct_reply, no_ack=True)
 
     async def _on_direct_reply(self, message: aiormq.abc.DeliveredMessage) -> None:
@@ -382,3 +449,8 @@ class Client:
     def _fail_all(self, error: Exception) -> None:
         for call in self._calls.values():
             call.fail(error)
+
+    def _fail_calls_on(self, channel: aio_pika.abc.AbstractChannel, error: Exception) -> None:
+        for call in self._calls.values():
+            if call.channel is channel:
+                call.fail(error)

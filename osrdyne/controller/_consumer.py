@@ -17,7 +17,8 @@ import asyncio
 import collections
 import hashlib
 import logging
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import aio_pika.abc
 import aio_pika.exceptions
@@ -28,6 +29,8 @@ from osrdyne.ops import logs
 from osrdyne.ops.metrics import ControllerMetrics
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: Failures of one message before the consumer gives up on it.
 MAX_ATTEMPTS = 3
@@ -53,8 +56,12 @@ class QueueConsumer:
         names: wire.PoolNames,
         metrics: ControllerMetrics,
         retry_delay: float = 1.0,
+        publisher: wire.RenewingChannel | None = None,
     ) -> None:
         self.channel = channel
+        #: Where answers, copies and poison go (confirmed; a channel the broker keeps
+        #: refusing is replaced): the consuming channel when none is given.
+        self.publisher = publisher
         self._prefetch = prefetch
         self._names = names
         self._metrics = metrics
@@ -66,6 +73,12 @@ class QueueConsumer:
 
     async def handle(self, message: aio_pika.abc.AbstractIncomingMessage) -> None:
         raise NotImplementedError
+
+    async def publish(self, send: Callable[[aio_pika.abc.AbstractChannel], Awaitable[T]]) -> T:
+        """`send(channel)` on the publisher (refused once: again on a fresh channel)."""
+        if self.publisher is None:
+            return await send(self.channel)
+        return await self.publisher.publish(send)
 
     async def start(self) -> None:
         await self.channel.set_qos(prefetch_count=self._prefetch)
@@ -128,19 +141,23 @@ class QueueConsumer:
         count it, and ack it."""
         key = wire.text(message.routing_key) or ""
         # Parked first, answered next, acked last: a failure in between leaves it unacked.
-        entry = await poison.park(
-            self.channel, message, names=self._names, reason=reason, taken_from=self.queue_name
+        entry = await self.publish(
+            lambda channel: poison.park(
+                channel, message, names=self._names, reason=reason, taken_from=self.queue_name
+            )
         )
-        await _replies.answer_error(
-            self.channel,
-            message,
-            status=wire.Status.INVALID_REQUEST,
-            document={
-                "error": f"the controller could not handle this request: {reason}",
-                "reason": "unprocessable",
-                "key": key,
-                "pool": self._names.pool,
-            },
+        await self.publish(
+            lambda channel: _replies.answer_error(
+                channel,
+                message,
+                status=wire.Status.INVALID_REQUEST,
+                document={
+                    "error": f"the controller could not handle this request: {reason}",
+                    "reason": "unprocessable",
+                    "key": key,
+                    "pool": self._names.pool,
+                },
+            )
         )
         self._metrics.unprocessable.labels(self.queue_name_kind).inc()
         logger.warning(

@@ -43,8 +43,11 @@ class DeadLetterResponder(QueueConsumer):
         metrics: ControllerMetrics,
         prefetch: int = 64,
         history: KeyHistory | None = None,
+        publisher: wire.RenewingChannel | None = None,
     ) -> None:
-        super().__init__(channel, prefetch=prefetch, names=names, metrics=metrics)
+        super().__init__(
+            channel, prefetch=prefetch, names=names, metrics=metrics, publisher=publisher
+        )
         self.queue_name = names.dead_letter_queue
         self._history = history
 
@@ -57,12 +60,14 @@ class DeadLetterResponder(QueueConsumer):
         )
         logger.info("request for key %r died: %s", key, reason, extra=fields)
         if reason == wire.Status.DELIVERY_LIMIT:
-            await poison.park(
-                self.channel,
-                message,
-                names=self._names,
-                reason=wire.Status.DELIVERY_LIMIT.value,
-                taken_from=self.queue_name,
+            await self.publish(
+                lambda channel: poison.park(
+                    channel,
+                    message,
+                    names=self._names,
+                    reason=wire.Status.DELIVERY_LIMIT.value,
+                    taken_from=self.queue_name,
+                )
             )
             self._metrics.poison.inc()
             logger.warning(
@@ -77,8 +82,10 @@ class DeadLetterResponder(QueueConsumer):
             "deaths": death.count,
             "died_at": death.time,
         }
-        answered = await _replies.answer_error(
-            self.channel, message, status=reason, document=document
+        answered = await self.publish(
+            lambda channel: _replies.answer_error(
+                channel, message, status=reason, document=document
+            )
         )
         if self._history is not None:
             letter = DeadLetter(

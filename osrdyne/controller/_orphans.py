@@ -50,15 +50,17 @@ class OrphanProcessor(QueueConsumer):
         wait_timeout: float,
         prefetch: int,
         gate: Gate,
+        publisher: wire.RenewingChannel | None = None,
     ) -> None:
-        super().__init__(channel, prefetch=prefetch, names=names, metrics=metrics)
+        super().__init__(
+            channel, prefetch=prefetch, names=names, metrics=metrics, publisher=publisher
+        )
         self.queue_name = names.orphan_queue
         self._tracker = tracker
         self._queue_loop = queue_loop
         self._cold_starts = cold_starts
         self._wait_timeout = wait_timeout
         self._gate = gate
-        self._exchange: aio_pika.abc.AbstractExchange | None = None
 
     async def handle(self, message: aio_pika.abc.AbstractIncomingMessage) -> None:
         began = time.monotonic()
@@ -110,11 +112,13 @@ class OrphanProcessor(QueueConsumer):
             self._metrics.orphans.labels("requeued").inc()
             await message.nack(requeue=True)
             return
-        if self._exchange is None:
-            self._exchange = await self.channel.get_exchange(
-                self._names.request_exchange, ensure=False
-            )
-        await self._exchange.publish(_replies.copy_of(message), routing_key=key, mandatory=True)
+        copy = _replies.copy_of(message)
+
+        async def forward(channel: aio_pika.abc.AbstractChannel) -> None:
+            exchange = await channel.get_exchange(self._names.request_exchange, ensure=False)
+            await exchange.publish(copy, routing_key=key, mandatory=True)
+
+        await self.publish(forward)
         await message.ack()
         self._metrics.orphans.labels("forwarded").inc()
         self._metrics.requests_routed.labels("orphan").inc()
@@ -135,21 +139,25 @@ class OrphanProcessor(QueueConsumer):
         logger.warning("refusing request for key %r (%s): %s", key, status, problem, extra=fields)
         self._metrics.orphans.labels(status.value).inc()
         if message.reply_to:
-            await _replies.answer_error(
-                self.channel,
-                message,
-                status=status,
-                document={
-                    "error": problem,
-                    "reason": reason or status.value,
-                    "key": key,
-                    "pool": self._names.pool,
-                    **(details or {}),
-                },
+            await self.publish(
+                lambda channel: _replies.answer_error(
+                    channel,
+                    message,
+                    status=status,
+                    document={
+                        "error": problem,
+                        "reason": reason or status.value,
+                        "key": key,
+                        "pool": self._names.pool,
+                        **(details or {}),
+                    },
+                )
             )
         else:
-            entry = await poison.park(
-                self.channel, message, names=self._names, reason=problem, taken_from=self.queue_name
+            entry = await self.publish(
+                lambda channel: poison.park(
+                    channel, message, names=self._names, reason=problem, taken_from=self.queue_name
+                )
             )
             logger.warning(
                 "refused request for key %r had no reply_to: kept as poison %s",

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 import aio_pika.abc
 
 from drivers.base import Capacity, Driver
+from osrdyne import wire
 from osrdyne.controller import _topology
 from osrdyne.controller._activity import ActivityProcessor
 from osrdyne.controller._admission import Admission, GroupCount
@@ -147,6 +148,12 @@ async def build(
     async def confirm_channel() -> aio_pika.abc.AbstractChannel:
         return await connection.channel(publisher_confirms=True, on_return_raises=True)
 
+    # What the consumers publish (forwarded orphans, error answers, poison) goes through one
+    # confirmed channel that is replaced when the broker keeps refusing it.
+    publisher = wire.RenewingChannel(
+        connection, name=f"osrdyne {names.pool} publisher", on_return_raises=True
+    )
+
     activity = ActivityProcessor(
         await confirm_channel(),
         names=names,
@@ -166,9 +173,14 @@ async def build(
         wait_timeout=s.groups.orphan_wait_timeout,
         prefetch=s.groups.orphan_prefetch,
         gate=gate,
+        publisher=publisher,
     )
     dead_letters = DeadLetterResponder(
-        await confirm_channel(), names=names, metrics=metrics, history=history
+        await confirm_channel(),
+        names=names,
+        metrics=metrics,
+        history=history,
+        publisher=publisher,
     )
     return Session(
         adopted=adopted,

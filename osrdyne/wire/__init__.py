@@ -37,6 +37,7 @@ from osrdyne.wire._names import (
     key_problem,
 )
 from osrdyne.wire._pamqp import any_queue_name
+from osrdyne.wire._publishing import RenewingChannel, is_refusal
 from osrdyne.wire._statuses import Event, Status
 from osrdyne.wire._text import text
 
@@ -54,6 +55,7 @@ __all__ = [
     "MAX_QUEUE_NAME_BYTES",
     "MAX_RPC_PATH_BYTES",
     "PoolNames",
+    "RenewingChannel",
     "Status",
     "TRACE_HEADERS",
     "Urls",
@@ -64,6 +66,7 @@ __all__ = [
     "encodable",
     "error_body",
     "error_document",
+    "is_refusal",
     "join_urls",
     "key_problem",
     "reply_delivery_mode",

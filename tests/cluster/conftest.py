@@ -189,25 +189,40 @@ class Cluster:
                 return self.number(c["node"])
         return None
 
+    async def listing(self, kind: str, pool: str, columns: str) -> list[dict[str, Any]]:
+        """Every queue or exchange (`kind`) of a test pool, page by page.
+
+        Paged on purpose: RabbitMQ's management API ignores the `name`/`use_regex` filters of
+        an unpaged listing and answers every object of the vhost (another pool's too)."""
+        items: list[dict[str, Any]] = []
+        page = 1
+        while True:
+            doc = await self.api(
+                f"/{kind}/%2F",
+                name="^" + re.escape(pool + "-"),
+                use_regex="true",
+                columns=columns,
+                page=page,
+                page_size=500,
+            )
+            if not doc:
+                return items
+            items.extend(doc["items"])
+            if page >= doc.get("page_count", 1):
+                return items
+            page += 1
+
     async def queues(self, pool: str) -> list[dict[str, Any]]:
         columns = "name,type,leader,members,online,messages,messages_unacknowledged,consumers"
-        found = await self.api(
-            "/queues/%2F", name="^" + re.escape(pool + "-"), use_regex="true", columns=columns
-        )
-        return list(found or [])
+        return await self.listing("queues", pool, columns)
 
     async def delete_pool(self, pool: str) -> None:
         """Delete every queue, exchange and policy of a test pool (through any node)."""
-        prefix = "^" + re.escape(pool + "-")
+        found = {kind: await self.listing(kind, pool, "name") for kind in ("queues", "exchanges")}
         async with httpx.AsyncClient(auth=("guest", "guest"), timeout=30) as http:
             base = next(b for n, b in zip(NODES, self.management_urls, strict=True) if self.up(n))
-            for kind in ("queues", "exchanges"):
-                response = await http.get(
-                    f"{base}/api/{kind}/%2F",
-                    params={"name": prefix, "use_regex": "true", "columns": "name"},
-                )
-                response.raise_for_status()
-                for item in response.json():
+            for kind, items in found.items():
+                for item in items:
                     name = urllib.parse.quote(item["name"], safe="")
                     await http.delete(f"{base}/api/{kind}/%2F/{name}")
             for policy in ("requests", "poison"):

@@ -1,0 +1,224 @@
+"""Publishing that survives a channel the broker keeps refusing.
+
+RabbitMQ keeps, in each channel process, one quorum-queue client per queue the channel
+publishes to (`rabbit_fifo_client`: the queue's leader as the channel last knew it, and the
+sequence of its pending enqueues). After a cluster node is lost and the queue's leader moves,
+a channel that had published to that queue can go on answering every publish to it with a
+negative confirm (`basic.nack`), for as long as it lives, while a fresh channel on the same
+connection publishes the same message fine (seen on RabbitMQ 3.10 with a client that lived
+through two node losses: a third to two thirds of its requests refused for minutes; see
+docs/reliability.md). The queue did not refuse the message: the channel's stale view of it did.
+
+`RenewingChannel` is the one answer every publisher of osrdyne uses (client, controller,
+worker SDK): a refused publish is tried once more on a fresh channel, which from then on takes
+every new publish; the refused channel is retired, and closed once the publishes (or, for the
+client, the calls waiting for replies) still using it are done. A refusal that the queue does
+explain (its `x-max-length` with `reject-publish`, a majority of its members lost) is refused
+on the fresh channel too, and reaches the caller: one retry, never a loop. Channels are renewed
+at most once per `min_age` seconds, so a refusal streak does not churn channels.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
+
+import aio_pika.abc
+import aio_pika.exceptions
+import aiormq.exceptions
+import pamqp.commands
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: What a channel does once it is opened (consume direct replies, ...), before any publish.
+OnOpen = Callable[[aio_pika.abc.AbstractChannel], Awaitable[None]]
+
+
+def is_refusal(exc: BaseException) -> bool:
+    """A negative publisher confirm (the broker did not take the message)."""
+    return isinstance(exc, aiormq.exceptions.DeliveryError) and isinstance(
+        exc.frame, pamqp.commands.Basic.Nack
+    )
+
+
+class RenewingChannel:
+    """The publishing channel of one connection, replaced when the broker keeps refusing it.
+
+    `hold()` lends the current channel for as long as a publish (or a call waiting for its
+    reply on that channel) needs it; `publish()` runs one publish with the retry described in
+    the module's docstring. Retired channels are closed when their last holder lets go."""
+
+    def __init__(
+        self,
+        connection: aio_pika.abc.AbstractConnection,
+        *,
+        name: str,
+        publisher_confirms: bool = True,
+        on_return_raises: bool = False,
+        on_open: OnOpen | None = None,
+        min_age: float = 1.0,
+        ready_timeout: float = 30.0,
+    ) -> None:
+        self._connection = connection
+        self._name = name
+        self._confirms = publisher_confirms
+        self._on_return_raises = on_return_raises
+        self._on_open = on_open
+        self._min_age = min_age
+        self._ready_timeout = ready_timeout
+        self._current: aio_pika.abc.AbstractChannel | None = None
+        self._opened_at = 0.0
+        self._holds: dict[aio_pika.abc.AbstractChannel, int] = {}
+        self._retired: set[aio_pika.abc.AbstractChannel] = set()
+        self._lock = asyncio.Lock()
+        self._closing: set[asyncio.Task[None]] = set()
+        #: Channels replaced after a refusal (tests and metrics read it).
+        self.renewals = 0
+
+    @property
+    def current(self) -> aio_pika.abc.AbstractChannel | None:
+        """The channel new publishes go to (None before the first one)."""
+        return self._current
+
+    def is_retired(self, channel: aio_pika.abc.AbstractChannel) -> bool:
+        """`channel` was replaced (its closing is ours, not a lost connection)."""
+        return channel in self._retired
+
+    async def channel(self) -> aio_pika.abc.AbstractChannel:
+        """The current channel, opened on first use (and again if a plain channel was
+        closed; a robust one is reopened by its connection, after a reconnection too)."""
+        current = self._current
+        if current is None or self._lost(current):
+            async with self._lock:
+                if self._current is None or self._lost(self._current):
+                    self._current = await self._open()
+                current = self._current
+        if isinstance(current, aio_pika.abc.AbstractRobustChannel) and current.is_closed:
+            # Its connection is coming back (or the broker closed the channel): the robust
+            # channel is reopened after the consumers' channels, whose redelivered requests
+            # may already want to publish. Wait for it, bounded.
+            try:
+                async with asyncio.timeout(self._ready_timeout):
+                    await current.ready()
+            except TimeoutError:
+                raise aio_pika.exceptions.ChannelInvalidStateError(
+                    f"{self._name}: channel not restored within {self._ready_timeout} s"
+                ) from None
+        return current
+
+    @staticmethod
+    def _lost(channel: aio_pika.abc.AbstractChannel) -> bool:
+        return channel.is_closed and not isinstance(channel, aio_pika.abc.AbstractRobustChannel)
+
+    async def _open(self) -> aio_pika.abc.AbstractChannel:
+        channel = await self._connection.channel(
+            publisher_confirms=self._confirms, on_return_raises=self._on_return_raises
+        )
+        if self._on_open is not None:
+            await self._on_open(channel)
+        self._opened_at = time.monotonic()
+        return channel
+
+    async def acquire(self) -> aio_pika.abc.AbstractChannel:
+        """The current channel, held until `release`."""
+        channel = await self.channel()
+        self._holds[channel] = self._holds.get(channel, 0) + 1
+        return channel
+
+    def release(self, channel: aio_pika.abc.AbstractChannel) -> None:
+        left = self._holds.get(channel, 0) - 1
+        if left > 0:
+            self._holds[channel] = left
+            return
+        self._holds.pop(channel, None)
+        if channel in self._retired:
+            self._close_later(channel)
+
+    @contextlib.asynccontextmanager
+    async def hold(self) -> AsyncIterator[aio_pika.abc.AbstractChannel]:
+        channel = await self.acquire()
+        try:
+            yield channel
+        finally:
+            self.release(channel)
+
+    async def renew(
+        self, refused: aio_pika.abc.AbstractChannel
+    ) -> aio_pika.abc.AbstractChannel | None:
+        """A channel other than `refused` for new publishes; None when `refused` is itself
+        fresh (younger than `min_age`: the refusal is not the channel's)."""
+        async with self._lock:
+            if self._current is not refused and self._current is not None:
+                if not self._lost(self._current):
+                    return self._current  # another publisher renewed it already
+            elif time.monotonic() - self._opened_at < self._min_age:
+                return None
+            fresh = await self._open()
+            self._current = fresh
+            self.renewals += 1
+        self._retired.add(refused)
+        logger.warning(
+            "%s: the broker refused a publish on its channel; new publishes go to a fresh "
+            "channel (renewal %d)",
+            self._name,
+            self.renewals,
+        )
+        if refused not in self._holds:
+            self._close_later(refused)
+        return fresh
+
+    async def publish(
+        self,
+        send: Callable[[aio_pika.abc.AbstractChannel], Awaitable[T]],
+        *,
+        retry: bool = True,
+    ) -> T:
+        """`send(channel)` on the current channel; once more on a fresh channel when the
+        broker refused it and `retry` (the caller's deadline allows). A second refusal is
+        raised."""
+        async with self.hold() as channel:
+            try:
+                return await send(channel)
+            except aiormq.exceptions.DeliveryError as exc:
+                if not retry or not is_refusal(exc):
+                    raise
+                fresh = await self.renew(channel)
+                if fresh is None:
+                    raise
+        async with self.hold() as channel:
+            return await send(channel)
+
+    def _close_later(self, channel: aio_pika.abc.AbstractChannel) -> None:
+        if channel.is_closed:
+            self._retired.discard(channel)
+            return
+        task = asyncio.create_task(self._close(channel), name=f"{self._name}: retire channel")
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    async def _close(self, channel: aio_pika.abc.AbstractChannel) -> None:
+        try:
+            await channel.close()
+        except Exception:  # a channel of a lost connection: nothing left to close
+            logger.debug("%s: closing a retired channel failed", self._name, exc_info=True)
+        finally:
+            self._retired.discard(channel)
+
+    async def close(self) -> None:
+        """Close every channel (the current one and the retired ones)."""
+        channels = {c for c in (self._current, *self._retired, *self._holds) if c is not None}
+        self._current = None
+        for channel in channels:
+            self._retired.add(channel)
+            with contextlib.suppress(Exception):
+                if not channel.is_closed:
+                    await channel.close()
+        self._retired.clear()
+        self._holds.clear()
+        await asyncio.gather(*self._closing, return_exceptions=True)
