@@ -10,7 +10,7 @@ from typing import Any
 
 import aio_pika.abc
 
-from osrdyne.wire import Header, text
+from osrdyne.wire import Header, request_id, text
 
 #: Publishes an interim (non-terminating) message for a request.
 ProgressSender = Callable[[bytes, str | None], Awaitable[None]]
@@ -60,6 +60,12 @@ class Request:
     @property
     def correlation_id(self) -> str | None:
         return self.message.correlation_id
+
+    @property
+    def id(self) -> str | None:
+        """The request's id (`message_id`: a UUIDv7 from osrdyne's client, sorting by time),
+        None when the sender gave none or one that is not short printable ASCII."""
+        return request_id(self.message.message_id)
 
     @property
     def reply_to(self) -> str | None:

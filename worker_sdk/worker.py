@@ -295,7 +295,7 @@ class Worker:
             logger.exception(
                 "could not complete request %s",
                 message.correlation_id,
-                extra=self._fields(message.correlation_id),
+                extra=self._fields(message),
             )
         except Exception:
             # A failure of ours outside the handler: never hold the request (and a slot)
@@ -303,7 +303,7 @@ class Worker:
             logger.exception(
                 "request %s failed outside its handler: rejected",
                 message.correlation_id,
-                extra=self._fields(message.correlation_id),
+                extra=self._fields(message),
             )
             if not message.processed:
                 with contextlib.suppress(*_BROKER_ERRORS):
@@ -316,7 +316,7 @@ class Worker:
         self._count("invalid")
         logger.warning(
             "refusing request %s: %s", message.correlation_id, problem,
-            extra=self._fields(message.correlation_id),
+            extra=self._fields(message),
         )  # fmt: skip
         body = self._replies.error_body(Status.INVALID_REQUEST, problem)
         await self._replies.send(message, body, status=Status.INVALID_REQUEST)
@@ -360,7 +360,7 @@ class Worker:
             logger.exception(
                 "handler failed on request %s",
                 req.correlation_id,
-                extra=self._fields(req.correlation_id),
+                extra=self._fields(req.message),
             )
             body = self._replies.error_body(
                 self.settings.error_status,
@@ -389,7 +389,7 @@ class Worker:
                 "handler of request %s ran past its %.3g s limit: answered, slot freed",
                 req.correlation_id,
                 limit,
-                extra=self._fields(req.correlation_id),
+                extra=self._fields(req.message),
             )
             raise
 
@@ -422,10 +422,16 @@ class Worker:
             return await result
         return result
 
-    def _fields(self, correlation_id: str | None) -> dict[str, Any]:
+    def _fields(self, message: aio_pika.abc.AbstractIncomingMessage) -> dict[str, Any]:
         """`extra=` of a log line about a request (rendered by structured log set-ups)."""
         s = self.settings
-        return {"pool": s.pool, "key": s.key, "worker_id": s.id, "correlation_id": correlation_id}
+        return {
+            "pool": s.pool,
+            "key": s.key,
+            "worker_id": s.id,
+            "correlation_id": message.correlation_id,
+            "request_id": wire.request_id(message.message_id),
+        }
 
     @property
     def _replies(self) -> replies.Replier:

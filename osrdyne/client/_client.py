@@ -77,6 +77,8 @@ class _Call:
     ) -> None:
         self.pool, self.key, self.path, self.timeout = pool, key, path, timeout
         self.correlation_id = uuid.uuid4().hex
+        #: Sorts by time across clients (UUIDv7), in the request's `message_id`.
+        self.request_id = wire.new_request_id()
         #: The channel the request went out on (its direct replies come back there).
         self.channel: aio_pika.abc.AbstractChannel | None = None
         self.span = tracing.start_call_span(pool, key, path)
@@ -318,6 +320,7 @@ class Client:
             delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
             headers=all_headers,
             correlation_id=call.correlation_id,
+            message_id=call.request_id,
             reply_to=self.reply_queue or DIRECT_REPLY_TO,
             expiration=str(max(0, int(call.timeout * 1000))) if self.expire else None,
             timestamp=datetime.datetime.now(datetime.UTC),
@@ -436,7 +439,7 @@ class Client:
         if call is None or call.answered:
             self.late_replies += 1
             return
-        call.deliver(Response.from_message(body, headers, correlation_id))
+        call.deliver(Response.from_message(body, headers, correlation_id, call.request_id))
 
     def _on_close(self, *_: Any) -> None:
         if self.reply_queue is not None:

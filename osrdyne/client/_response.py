@@ -21,10 +21,16 @@ class Response:
     correlation_id: str | None
     #: True for an interim message (progress); the final response follows.
     interim: bool = False
+    #: The id the client gave the request (`message_id`: UUIDv7, sorts by time).
+    request_id: str | None = None
 
     @classmethod
     def from_message(
-        cls, body: bytes, headers: Mapping[str, Any] | None, correlation_id: str | None
+        cls,
+        body: bytes,
+        headers: Mapping[str, Any] | None,
+        correlation_id: str | None,
+        request_id: str | None = None,
     ) -> Response:
         headers = dict(headers or {})
         status = text(headers.get(Header.STATUS)) or ""
@@ -33,6 +39,7 @@ class Response:
             body=body,
             headers=headers,
             correlation_id=correlation_id,
+            request_id=request_id,
             # `progress` is interim by itself: it is never the answer, whatever the headers.
             interim=bool(headers.get(Header.NON_TERMINATING)) or status == Status.PROGRESS,
         )

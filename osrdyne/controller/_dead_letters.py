@@ -56,7 +56,11 @@ class DeadLetterResponder(QueueConsumer):
         reason, key = death.reason, death.key
         self._metrics.dead_letters.labels(reason).inc()
         fields = logs.fields(
-            pool=self._names.pool, key=key, correlation_id=message.correlation_id, reason=reason
+            pool=self._names.pool,
+            key=key,
+            correlation_id=message.correlation_id,
+            request_id=wire.request_id(message.message_id),
+            reason=reason,
         )
         logger.info("request for key %r died: %s", key, reason, extra=fields)
         if reason == wire.Status.DELIVERY_LIMIT:
@@ -94,6 +98,7 @@ class DeadLetterResponder(QueueConsumer):
                 correlation_id=message.correlation_id,
                 deaths=death.count,
                 answered=answered,
+                request_id=wire.request_id(message.message_id),
             )
             self._history.dead_letter(key, letter)
         if not answered:

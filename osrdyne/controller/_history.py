@@ -68,6 +68,8 @@ class DeadLetter:
     deaths: int | None
     #: Whether the responder could answer it (it had a `reply_to`).
     answered: bool
+    #: The request's id (`message_id`, UUIDv7 from osrdyne's client), when it had a valid one.
+    request_id: str | None = None
 
 
 @dataclasses.dataclass

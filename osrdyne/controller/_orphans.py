@@ -88,6 +88,7 @@ class OrphanProcessor(QueueConsumer):
             pool=self._names.pool,
             key=key,
             correlation_id=message.correlation_id,
+            request_id=wire.request_id(message.message_id),
             generation=generation,
         )
         if not known:
@@ -135,7 +136,12 @@ class OrphanProcessor(QueueConsumer):
         reason: str = "",
         details: Mapping[str, Any] | None = None,
     ) -> None:
-        fields = logs.fields(pool=self._names.pool, key=key, correlation_id=message.correlation_id)
+        fields = logs.fields(
+            pool=self._names.pool,
+            key=key,
+            correlation_id=message.correlation_id,
+            request_id=wire.request_id(message.message_id),
+        )
         logger.warning("refusing request for key %r (%s): %s", key, status, problem, extra=fields)
         self._metrics.orphans.labels(status.value).inc()
         if message.reply_to:

@@ -92,6 +92,8 @@ class PoisonEntry:
     deaths: int | None
     size: int
     headers: dict[str, Any]
+    #: The request's id (`message_id`: UUIDv7 from osrdyne's client, sorts by time).
+    request_id: str | None = None
 
     @classmethod
     def of(cls, message: aio_pika.abc.AbstractIncomingMessage) -> PoisonEntry:
@@ -106,6 +108,7 @@ class PoisonEntry:
             deaths=death.count,
             size=len(message.body),
             headers=headers,
+            request_id=wire.request_id(message.message_id),
         )
 
 
@@ -138,9 +141,11 @@ async def _browse(
 
 
 async def list_entries(url: wire.Urls, pool: str, *, limit: int | None = None) -> list[PoisonEntry]:
-    """The poison entries, oldest first; at most `limit` of them when given."""
+    """The poison entries (at most the `limit` oldest when given), ordered by request id:
+    the time each request was made (`wire.order`); entries without a UUIDv7 id last, in
+    queue order."""
     async with _browse(url, pool, limit) as (_, messages):
-        return [PoisonEntry.of(m) for m in messages]
+        return wire.order((PoisonEntry.of(m) for m in messages), lambda e: e.request_id)
 
 
 @dataclasses.dataclass(frozen=True)

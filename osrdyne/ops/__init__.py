@@ -8,14 +8,17 @@ nothing else of osrdyne, so both can use them without importing the API or the C
 the RabbitMQ users a pool needs.
 """
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
-from osrdyne.ops import logs, metrics, roles, tracing
-
 if TYPE_CHECKING:
+    from osrdyne.ops import logs, metrics, roles, tracing
     from osrdyne.ops._api import ApiServer, make_app
 
 _LAZY = {"ApiServer", "make_app"}
+#: Imported on first use: a worker imports `logs` only, and starts faster without the rest
+#: (prometheus_client, the HTTP API, the console).
+_SUBMODULES = {"logs", "metrics", "roles", "tracing"}
 
 
 def __getattr__(name: str) -> Any:
@@ -23,6 +26,8 @@ def __getattr__(name: str) -> Any:
         from osrdyne.ops import _api
 
         return getattr(_api, name)
+    if name in _SUBMODULES:
+        return importlib.import_module(f"osrdyne.ops.{name}")
     raise AttributeError(f"module 'osrdyne.ops' has no attribute {name!r}")
 
 

@@ -31,7 +31,7 @@ def poison_list(pool: str, url: _cli_common.UrlOption = DEFAULT_URL) -> None:
         typer.echo(
             f"{entry.id}  key={entry.key!r}  reason={entry.reason!r}  deaths={entry.deaths}  "
             f"size={entry.size}B  "
-            f"correlation_id={entry.correlation_id}"
+            f"request_id={entry.request_id}  correlation_id={entry.correlation_id}"
         )
 
 

@@ -11,12 +11,12 @@ terminal) are written as Python escapes, tracebacks excepted.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import re
+import sys
 from collections.abc import MutableMapping
 from typing import Any
-
-import structlog
 
 _URL_PASSWORD = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]*):([^@\s]*)@")
 #: C0 and C1 controls, DEL, and the Unicode format characters that reorder text (bidi).
@@ -51,8 +51,24 @@ def fields(*, pool: str, **more: Any) -> dict[str, Any]:
     return {"pool": pool, **{k: v for k, v in more.items() if v is not None}}
 
 
+def _structlog() -> Any:
+    """structlog, imported without rich when nothing imported rich before.
+
+    `structlog.dev` imports rich (about 50 ms, a sixth of a worker's start) only to draw
+    tracebacks, and ours are rendered as plain text before any renderer sees them
+    (`format_exc_info` below). rich stays importable afterwards for whoever wants it."""
+    if "structlog" in sys.modules or "rich" in sys.modules:
+        return importlib.import_module("structlog")
+    sys.modules["rich"] = None  # type: ignore[assignment]  # ImportError inside structlog.dev
+    try:
+        return importlib.import_module("structlog")
+    finally:
+        del sys.modules["rich"]
+
+
 def configure(*, level: str = "INFO", json_format: bool = False) -> None:
-    renderer: structlog.types.Processor = (
+    structlog = _structlog()
+    renderer: Any = (
         structlog.processors.JSONRenderer()
         if json_format
         else structlog.dev.ConsoleRenderer(colors=False)

@@ -38,6 +38,13 @@ from osrdyne.wire._names import (
 )
 from osrdyne.wire._pamqp import any_queue_name
 from osrdyne.wire._publishing import RenewingChannel, is_refusal
+from osrdyne.wire._request_ids import (
+    MAX_REQUEST_ID,
+    new_request_id,
+    order,
+    request_id,
+    uuid7_time_ms,
+)
 from osrdyne.wire._statuses import Event, Status
 from osrdyne.wire._text import text
 
@@ -53,6 +60,7 @@ __all__ = [
     "KEY_ARGUMENT",
     "MAX_KEY_BYTES",
     "MAX_QUEUE_NAME_BYTES",
+    "MAX_REQUEST_ID",
     "MAX_RPC_PATH_BYTES",
     "PoolNames",
     "RenewingChannel",
@@ -69,10 +77,14 @@ __all__ = [
     "is_refusal",
     "join_urls",
     "key_problem",
+    "new_request_id",
+    "order",
     "reply_delivery_mode",
+    "request_id",
     "request_problem",
     "split_urls",
     "text",
     "trace_headers",
+    "uuid7_time_ms",
     "worker_environment",
 ]
