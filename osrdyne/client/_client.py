@@ -209,7 +209,10 @@ class Client:
             connection,
             name=self.name,
             publisher_confirms=self.confirm,
-            on_open=self._prepare_direct_channel if direct else None,
+            # Direct replies come back on the channel a request went out on: each channel
+            # consumes them, and its calls fail if it is lost.
+            on_open=self._consume_direct_replies if direct else None,
+            on_lost=self._channel_lost if direct else None,
         )
         await self._channel.channel()
         if not direct:
@@ -220,21 +223,6 @@ class Client:
                 arguments={"x-expires": int(self.reply_queue_expires * 1000)},
             )
             await durable.consume(self._on_durable_reply)
-
-    async def _prepare_direct_channel(self, channel: aio_pika.abc.AbstractChannel) -> None:
-        """A channel's direct replies consumed; its calls failed if the broker closes it."""
-
-        def closed(*_: Any) -> None:
-            assert self._channel is not None
-            if not self._channel.is_retired(channel):
-                self._fail_calls_on(channel, exceptions.ConnectionLost("channel closed"))
-
-        channel.close_callbacks.add(closed)
-        # The robust channel does not know this consumer: consume again on every reopen
-        # (after a reconnect, or after the broker closed the channel).
-        if isinstance(channel, aio_pika.abc.AbstractRobustChannel):
-            channel.reopen_callbacks.add(self._consume_direct_replies)
-        await self._consume_direct_replies(channel)
 
     async def close(self) -> None:
         self._fail_all(exceptions.ConnectionLost("client closed"))
@@ -416,9 +404,7 @@ class Client:
 
     # -- replies --------------------------------------------------------------------------
 
-    async def _consume_direct_replies(self, on: aio_pika.abc.AbstractChannel | None) -> None:
-        if on is None:  # a reopen callback always names its channel
-            return
+    async def _consume_direct_replies(self, on: aio_pika.abc.AbstractChannel) -> None:
         # On the underlying aiormq channel: one task per reply, where aio-pika's consumer adds
         # a second task and an IncomingMessage (the client's hot path).
         channel = await on.get_underlay_channel()
@@ -453,7 +439,9 @@ class Client:
         for call in self._calls.values():
             call.fail(error)
 
-    def _fail_calls_on(self, channel: aio_pika.abc.AbstractChannel, error: Exception) -> None:
+    def _channel_lost(self, channel: aio_pika.abc.AbstractChannel) -> None:
+        """The broker closed a channel (or its connection was lost): the direct replies of
+        the calls waiting on it will never come."""
         for call in self._calls.values():
             if call.channel is channel:
-                call.fail(error)
+                call.fail(exceptions.ConnectionLost("channel closed"))

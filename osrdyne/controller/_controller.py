@@ -15,6 +15,7 @@ its workers there).
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import os
 import re
@@ -37,6 +38,7 @@ from osrdyne.controller._session import Session
 from osrdyne.controller._settings import Settings
 from osrdyne.controller._status import (
     Generations,
+    GroupQuery,
     GroupReport,
     GroupState,
     Health,
@@ -350,35 +352,44 @@ class Controller:
 
     # -- status ---------------------------------------------------------------------------
 
-    async def report(self) -> StatusDocument:
-        """The status document: this controller's view, with the management API's figures
-        for each request queue (or `queues_error` when it cannot be asked)."""
+    async def report(self, query: GroupQuery | None = None) -> StatusDocument:
+        """The status document, from memory: this controller's view and the queue figures of
+        the request-queue loop's last listing (their time in `queues_read_at`). Only a
+        standby asks the broker something: who leads. `query` picks a page of the groups."""
         doc = self.status()
         if doc.role is Role.STANDBY:
             try:
                 doc.leader = await self.find_leader()
             except Exception as exc:  # status must answer even when the broker does not
                 logger.debug("cannot tell who leads: %s", logs.redact(str(exc)))
-        try:
-            # Bounded: the management API retries for longer, and status must answer.
-            async with asyncio.timeout(_FIGURES_TIMEOUT):
-                queues = await self._request_queue_figures()
-        except Exception as exc:  # status must answer even when the management API does not
-            doc.queues_error = logs.redact(f"{type(exc).__name__}: {exc}")
-            return doc
-        now = time.time()
-        for key, queue in queues.items():
-            group = doc.groups.setdefault(key, GroupReport(state=GroupState.UNKNOWN))
-            group.messages = int(queue.get("messages") or 0)
-            group.messages_ready = int(queue.get("messages_ready") or 0)
-            group.messages_unacknowledged = int(queue.get("messages_unacknowledged") or 0)
-            group.consumers = int(queue.get("consumers") or 0)
-            # Only classic queues report their head message's timestamp (seconds); quorum
-            # queues (RabbitMQ 3.10) do not, so the age is unknown: None.
-            head = queue.get("head_message_timestamp")
-            if isinstance(head, int | float):
-                group.oldest_message_age = max(0.0, now - head)
-            group.health = self._health(group, now)
+        session = self.session
+        listing = session.queue_loop.listing if session is not None else None
+        if listing is None:
+            doc.queues_error = (
+                "no listing of the request queues yet"
+                if session is not None
+                else "queue figures are read by the leader's control loop"
+            )
+        else:
+            doc.queues_read_at = listing.read_at
+            now = time.time()
+            for key, group in doc.groups.items():
+                queue = listing.figures.get(key)
+                if queue is None:
+                    continue
+                group.messages = int(queue.get("messages") or 0)
+                group.messages_ready = int(queue.get("messages_ready") or 0)
+                group.messages_unacknowledged = int(queue.get("messages_unacknowledged") or 0)
+                group.consumers = int(queue.get("consumers") or 0)
+                # Only classic queues report their head message's timestamp (seconds); quorum
+                # queues (RabbitMQ 3.10) do not, so the age is unknown: None.
+                head = queue.get("head_message_timestamp")
+                if isinstance(head, int | float):
+                    group.oldest_message_age = max(0.0, now - head)
+                group.health = self._health(group, now)
+        counts = collections.Counter(group.state.value for group in doc.groups.values())
+        doc.group_counts = dict(sorted(counts.items()))
+        doc.groups, doc.groups_matching = (query or GroupQuery()).select(doc.groups)
         return doc
 
     def _health(self, group: GroupReport, now: float) -> Health:
@@ -402,9 +413,6 @@ class Controller:
             if key is not None:
                 by_key[key] = queue
         return by_key
-
-    async def _request_queue_figures(self) -> dict[str, dict[str, Any]]:
-        return await self.request_queues(columns=_QUEUE_COLUMNS)
 
     def status(self) -> StatusDocument:
         """What this controller knows, without asking the broker (no I/O)."""
@@ -462,12 +470,8 @@ class Controller:
         return {key: [_worker(w) for w in infos] for key, infos in described.items()}
 
 
-#: Longest wait for the management API's queue figures when answering a status request.
+#: Longest wait for the management API when a standby's status asks who leads.
 _FIGURES_TIMEOUT = 5.0
-
-_QUEUE_COLUMNS = (
-    "name,messages,messages_ready,messages_unacknowledged,consumers,head_message_timestamp"
-)
 
 
 def _worker(info: Any) -> WorkerInfo:

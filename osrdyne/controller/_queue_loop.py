@@ -90,6 +90,9 @@ class RequestQueueLoop:
         self._operation_timeout = operation_timeout
         #: Keys whose queue is an adopted one of osrdyne 0.1, and its name (the raw key).
         self._legacy: dict[str, str] = {}
+        #: The last listing of the pool's request queues (names, bindings and figures), what
+        #: `/status` shows; None before the first.
+        self.listing: _topology.RequestQueues | None = None
         self.reached: Watch[QueuesReached] = Watch(
             QueuesReached(0, types.MappingProxyType({}), types.MappingProxyType({}))
         )
@@ -99,7 +102,9 @@ class RequestQueueLoop:
             initial = await self._list()
         elif isinstance(initial, _topology.RequestQueues):
             self._legacy = dict(initial.legacy)
+            self.listing = initial
         actual = dict(initial)
+        listed_at = time.monotonic()
         try:
             while True:
                 version = self._tracker.state.version
@@ -114,18 +119,27 @@ class RequestQueueLoop:
                         types.MappingProxyType(errors),
                     )
                 )
+                # Anti-entropy: trust the broker, not memory. Once per interval, also while
+                # changes keep coming (a busy pool's figures in `/status` stay fresh).
+                next_listing = listed_at + self._interval - time.monotonic()
+                if next_listing <= 0:
+                    actual = await self._list()
+                    listed_at = time.monotonic()
+                    continue
                 wait = min(self._interval, 1.0) if errors else self._interval
                 try:
-                    async with asyncio.timeout(wait):
+                    async with asyncio.timeout(min(wait, next_listing)):
                         await self._tracker.state.changed_since(version)
                 except TimeoutError:
-                    actual = await self._list()  # anti-entropy: trust the broker, not memory
+                    actual = await self._list()
+                    listed_at = time.monotonic()
         finally:
             await self._channels.close()
 
     async def _list(self) -> dict[str, GroupStatus]:
         listed = await _topology.list_request_queues(self._api, self._names)
         self._legacy = dict(listed.legacy)
+        self.listing = listed
         return dict(listed)
 
     def _queue_name(self, key: str) -> str:

@@ -162,9 +162,63 @@ class StatusDocument(_Model):
     #: Standby only: who leads, when the broker says (None otherwise).
     leader: Leader | None = None
     groups: dict[str, GroupReport] = pydantic.Field(default_factory=dict)
-    #: Why the queue figures are missing, when the management API did not answer.
+    #: Groups by state, all of them (whatever page `groups` is).
+    group_counts: dict[str, int] = pydantic.Field(default_factory=dict)
+    #: Groups matching the request's filters (`groups` holds a page of them).
+    groups_matching: int = 0
+    #: Why the queue figures are missing (a standby, or before the first listing).
     queues_error: str | None = None
+    #: Epoch seconds of the listing the queue figures come from (the request-queue loop's
+    #: last pass over the broker's queues; no request to `/status` asks the broker).
+    queues_read_at: float | None = None
     #: Leader only: the broker's limits and their use.
     broker: BrokerReport | None = None
     #: Leader only: the caps on new keys and their use.
     admission: AdmissionReport | None = None
+
+
+class GroupSort(enum.StrEnum):
+    """Orders of the group list."""
+
+    KEY = "key"
+    #: Most waiting requests first.
+    MESSAGES = "messages"
+    #: Most recently active first.
+    ACTIVITY = "activity"
+    STATE = "state"
+
+
+class GroupQuery(_Model):
+    """Which groups a status request wants: a page of those matching, in an order."""
+
+    #: Most groups returned (None: every one).
+    limit: int | None = pydantic.Field(default=None, ge=0, le=100_000)
+    offset: int = pydantic.Field(default=0, ge=0)
+    #: Only keys containing this text.
+    key: str | None = pydantic.Field(default=None, max_length=1024)
+    state: GroupState | None = None
+    sort: GroupSort = GroupSort.KEY
+    #: Largest first.
+    descending: bool = False
+
+    def select(self, groups: dict[str, GroupReport]) -> tuple[dict[str, GroupReport], int]:
+        """The page of `groups` asked for, and how many matched."""
+        matching = [
+            (key, group)
+            for key, group in groups.items()
+            if (self.key is None or self.key in key)
+            and (self.state is None or group.state is self.state)
+        ]
+        matching.sort(key=lambda item: _sort_key(self.sort, *item), reverse=self.descending)
+        end = None if self.limit is None else self.offset + self.limit
+        return dict(matching[self.offset : end]), len(matching)
+
+
+def _sort_key(sort: GroupSort, key: str, group: GroupReport) -> tuple[float | str, str]:
+    if sort is GroupSort.MESSAGES:
+        return (-(group.messages or 0), key)
+    if sort is GroupSort.ACTIVITY:
+        return (-(group.last_activity or 0.0), key)
+    if sort is GroupSort.STATE:
+        return (group.state.value, key)
+    return (key, "")

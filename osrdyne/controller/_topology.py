@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -150,23 +151,40 @@ class RequestQueues(dict[str, GroupStatus]):
     key now: a queue of osrdyne 0.1, named after the raw key, adopted as it is and retired
     by the queue loop (`_migration`)."""
 
-    def __init__(self, statuses: Mapping[str, GroupStatus], legacy: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        statuses: Mapping[str, GroupStatus],
+        legacy: Mapping[str, str],
+        figures: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
         super().__init__(statuses)
         #: key -> the name its existing queue has, for queues of an older naming.
         self.legacy = dict(legacy)
+        #: key -> its queue's figures as the same listing gave them (`FIGURE_COLUMNS`): what
+        #: `/status` shows, without asking the broker again.
+        self.figures = dict(figures or {})
+        #: Epoch seconds of the listing.
+        self.read_at = time.time()
+
+
+#: The queue figures `/status` shows, read in the same listing as the names.
+FIGURE_COLUMNS = "messages,messages_ready,messages_unacknowledged,consumers,head_message_timestamp"
 
 
 async def list_request_queues(api: ManagementApi, names: PoolNames) -> RequestQueues:
     """The pool's request queues by key, read back from their names and arguments (both the
     current encoding and osrdyne 0.1's raw names, so an upgrade adopts every queue)."""
     queues = await api.queues(
-        name_regex="^" + re.escape(names.request_queue_prefix), columns="name,arguments"
+        name_regex="^" + re.escape(names.request_queue_prefix),
+        columns=f"name,arguments,{FIGURE_COLUMNS}",
     )
     keys: dict[str, str] = {}  # queue name -> key
+    figures: dict[str, Mapping[str, Any]] = {}
     for queue in queues:
         key = names.key_of_queue(queue["name"], queue.get("arguments"))
         if key is not None:
             keys[queue["name"]] = key
+            figures[key] = {c: queue.get(c) for c in FIGURE_COLUMNS.split(",")}
     bound = {
         b["destination"]
         for b in await api.bindings_from(names.request_exchange)
@@ -182,4 +200,4 @@ async def list_request_queues(api: ManagementApi, names: PoolNames) -> RequestQu
             statuses[key] = GroupStatus.ACTIVE if name in bound else GroupStatus.UNBOUND
         if name != names.request_queue(key):
             legacy[key] = name
-    return RequestQueues(statuses, legacy)
+    return RequestQueues(statuses, legacy, figures)

@@ -24,10 +24,11 @@ import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pydantic
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from osrdyne.controller import Controller, Role
+from osrdyne.controller import Controller, GroupQuery, Role
 from osrdyne.ops import _actions, _console, logs
 
 logger = logging.getLogger(__name__)
@@ -90,7 +91,17 @@ async def ready(request: web.Request) -> web.Response:
 
 
 async def status(request: web.Request) -> web.Response:
-    doc = await request.app[CONTROLLER].report()
+    """The status document, from the controller's memory. Query: `limit`, `offset`, `key`
+    (keys containing it), `state`, `sort` (key, messages, activity, state), `descending`;
+    `limit=0` gives the pool's summary alone."""
+    try:
+        query = GroupQuery.model_validate(dict(request.query))
+    except pydantic.ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+        )
+        return web.json_response({"error": f"bad status query: {problems[:500]}"}, status=400)
+    doc = await request.app[CONTROLLER].report(query)
     return web.Response(text=doc.model_dump_json(), content_type="application/json")
 
 

@@ -13,7 +13,7 @@ import httpx
 import pydantic
 import typer
 
-from osrdyne.controller import StatusDocument
+from osrdyne.controller import GroupSort, StatusDocument
 from osrdyne.ops import _cli_common, logs
 
 ApiOption = Annotated[str, typer.Option(help="Base URL of the controller's HTTP API.")]
@@ -22,14 +22,27 @@ TokenOption = Annotated[
 ]
 
 
+LimitOption = Annotated[
+    int | None,
+    typer.Option(min=0, help="Most groups shown (the busiest first with --sort messages)."),
+]
+SortOption = Annotated[
+    GroupSort, typer.Option(help="Order of the groups: key, messages, activity, state.")
+]
+KeyOption = Annotated[str | None, typer.Option("--key", help="Only keys containing this.")]
+
+
 def status(
     api: ApiOption = "http://127.0.0.1:8090",
     token: TokenOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the status document.")] = False,
+    limit: LimitOption = None,
+    sort: SortOption = GroupSort.KEY,
+    key: KeyOption = None,
 ) -> None:
     """Show the pool: role, generations, each group's state, workers and queue."""
     with _cli_common.answering():
-        doc = _get_status(api, token)
+        doc = _get_status(api, token, _query(limit, sort, key))
     if as_json:
         typer.echo(doc.model_dump_json(indent=2))
         return
@@ -44,8 +57,12 @@ def watch(
     api: ApiOption = "http://127.0.0.1:8090",
     token: TokenOption = None,
     interval: Annotated[float, typer.Option(help="Seconds between refreshes.")] = 2.0,
+    limit: LimitOption = 40,
+    sort: SortOption = GroupSort.MESSAGES,
+    key: KeyOption = None,
 ) -> None:
-    """Show the pool like `status`, refreshed live until Ctrl-C."""
+    """Show the pool like `status`, refreshed live until Ctrl-C (the 40 busiest groups unless
+    told otherwise: it asks the controller for no more than it shows)."""
     import time
 
     from rich.live import Live
@@ -55,7 +72,7 @@ def watch(
 
     def render() -> Any:
         try:
-            return _status_table.render(_get_status(api, token))
+            return _status_table.render(_get_status(api, token, _query(limit, sort, key)))
         except _cli_common.Failure as failure:
             return Text(f"{failure.message} (retrying every {interval:g}s)", overflow="fold")
 
@@ -68,11 +85,21 @@ def watch(
         pass
 
 
-def _get_status(api: str, token: str | None) -> StatusDocument:
+def _query(limit: int | None, sort: GroupSort, key: str | None) -> dict[str, str]:
+    """The status query for these options (only what differs from the defaults)."""
+    query = {"sort": sort.value} if sort is not GroupSort.KEY else {}
+    if limit is not None:
+        query["limit"] = str(limit)
+    if key:
+        query["key"] = key
+    return query
+
+
+def _get_status(api: str, token: str | None, query: dict[str, str] | None = None) -> StatusDocument:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     where = f"{api.rstrip('/')}/status"
     try:
-        response = httpx.get(where, headers=headers, timeout=10)
+        response = httpx.get(where, headers=headers, params=query or {}, timeout=10)
     except httpx.HTTPError as exc:
         raise _cli_common.Failure(
             f"cannot reach the controller's API at {api}: {exc}",

@@ -133,6 +133,10 @@ def render(doc: StatusDocument) -> Any:
         if group.error:
             notes.append(Text.assemble((key, "bold"), ": ", group.error, overflow="fold"))
     parts: list[Any] = [table, *notes, *limits(doc)]
+    if doc.groups_matching > len(doc.groups):
+        shown = f"{len(doc.groups)} of {doc.groups_matching} groups shown"
+        counts = ", ".join(f"{n} {state}" for state, n in doc.group_counts.items())
+        parts.insert(1, Text(f"{shown} ({counts})", overflow="fold"))
     if doc.queues_error:
         parts.append(Text(f"queue figures unavailable: {doc.queues_error}", overflow="fold"))
     if doc.last_error:

@@ -24,8 +24,9 @@ import asyncio
 import contextlib
 import logging
 import time
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import aio_pika.abc
 import aio_pika.exceptions
@@ -36,7 +37,8 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: What a channel does once it is opened (consume direct replies, ...), before any publish.
+#: What a channel needs once it is opened, and again each time it is reopened (consume direct
+#: replies, ...), before any publish.
 OnOpen = Callable[[aio_pika.abc.AbstractChannel], Awaitable[None]]
 
 
@@ -52,7 +54,10 @@ class RenewingChannel:
 
     `hold()` lends the current channel for as long as a publish (or a call waiting for its
     reply on that channel) needs it; `publish()` runs one publish with the retry described in
-    the module's docstring. Retired channels are closed when their last holder lets go."""
+    the module's docstring. Retired channels are closed when their last holder lets go.
+    `on_open` runs on each channel when it opens and each time it is reopened, before the
+    channel is lent again; `on_lost` hears of a channel that closed without being retired
+    (the broker closed it, or its connection was lost)."""
 
     def __init__(
         self,
@@ -62,6 +67,7 @@ class RenewingChannel:
         publisher_confirms: bool = True,
         on_return_raises: bool = False,
         on_open: OnOpen | None = None,
+        on_lost: Callable[[aio_pika.abc.AbstractChannel], None] | None = None,
         min_age: float = 1.0,
         ready_timeout: float = 30.0,
     ) -> None:
@@ -70,12 +76,18 @@ class RenewingChannel:
         self._confirms = publisher_confirms
         self._on_return_raises = on_return_raises
         self._on_open = on_open
+        self._on_lost = on_lost
         self._min_age = min_age
         self._ready_timeout = ready_timeout
         self._current: aio_pika.abc.AbstractChannel | None = None
         self._opened_at = 0.0
         self._holds: dict[aio_pika.abc.AbstractChannel, int] = {}
         self._retired: set[aio_pika.abc.AbstractChannel] = set()
+        #: Set while a channel is open and `on_open` has run on it (cleared while it is
+        #: closed and being reopened).
+        self._prepared: weakref.WeakKeyDictionary[aio_pika.abc.AbstractChannel, asyncio.Event] = (
+            weakref.WeakKeyDictionary()
+        )
         self._lock = asyncio.Lock()
         self._closing: set[asyncio.Task[None]] = set()
         #: Channels replaced after a refusal (tests and metrics read it).
@@ -92,20 +104,23 @@ class RenewingChannel:
 
     async def channel(self) -> aio_pika.abc.AbstractChannel:
         """The current channel, opened on first use (and again if a plain channel was
-        closed; a robust one is reopened by its connection, after a reconnection too)."""
+        closed; a robust one is reopened by its connection, after a reconnection too), once
+        it is ready: reopened, and `on_open` done again."""
         current = self._current
         if current is None or self._lost(current):
             async with self._lock:
                 if self._current is None or self._lost(self._current):
                     self._current = await self._open()
                 current = self._current
-        if isinstance(current, aio_pika.abc.AbstractRobustChannel) and current.is_closed:
-            # Its connection is coming back (or the broker closed the channel): the robust
+        prepared = self._prepared.get(current)
+        if prepared is not None and not prepared.is_set():
+            # Its connection is coming back, or the broker closed the channel: the robust
             # channel is reopened after the consumers' channels, whose redelivered requests
-            # may already want to publish. Wait for it, bounded.
+            # may already want to publish, and `on_open` (a direct reply-to consumer) must
+            # be in place before a publish that needs it. Wait for both, bounded.
             try:
                 async with asyncio.timeout(self._ready_timeout):
-                    await current.ready()
+                    await prepared.wait()
             except TimeoutError:
                 raise aio_pika.exceptions.ChannelInvalidStateError(
                     f"{self._name}: channel not restored within {self._ready_timeout} s"
@@ -120,8 +135,26 @@ class RenewingChannel:
         channel = await self._connection.channel(
             publisher_confirms=self._confirms, on_return_raises=self._on_return_raises
         )
+        prepared = asyncio.Event()
+        self._prepared[channel] = prepared
+
+        def closed(*_: Any) -> None:
+            prepared.clear()
+            if self._on_lost is not None and channel not in self._retired:
+                self._on_lost(channel)
+
+        channel.close_callbacks.add(closed)
+        if isinstance(channel, aio_pika.abc.AbstractRobustChannel):
+
+            async def reopened(_: Any) -> None:
+                if self._on_open is not None:
+                    await self._on_open(channel)
+                prepared.set()
+
+            channel.reopen_callbacks.add(reopened)
         if self._on_open is not None:
             await self._on_open(channel)
+        prepared.set()
         self._opened_at = time.monotonic()
         return channel
 

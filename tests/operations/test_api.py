@@ -135,3 +135,43 @@ async def test_the_bearer_token_is_required_but_for_health(
         assert (await http.get(path, headers=wrong)).status_code == 401, path
         right = {"Authorization": "Bearer s3cret"}
         assert (await http.get(path, headers=right)).status_code in (200, 503), path
+
+
+async def test_status_pages_filters_and_sorts_groups_from_memory(
+    make_controller: Any, serve_api: ServeApi, client: Client, pool: str
+) -> None:
+    """Six groups (noop driver: their requests wait); a page, a filter, an order, the summary
+    alone; a query that is not one is answered 400."""
+    running = await make_controller(pool, driver=NOOP)
+    http = await serve_api(running)
+    keys = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta"]
+    async with contextlib.AsyncExitStack() as calls:
+        for n, key in enumerate(keys):
+            for _ in range(n + 1):  # `zeta` has the most waiting requests
+                await calls.enter_async_context(waiting_call(client, pool, key))
+
+        async def counted() -> dict[str, Any] | None:
+            doc: dict[str, Any] = (await http.get("/status", params={"sort": "messages"})).json()
+            groups = list(doc["groups"].values())
+            ready = doc["groups_matching"] == 6 and all(
+                (g["messages"] or 0) == n for g, n in zip(groups, [6, 5, 4, 3, 2, 1], strict=True)
+            )
+            return doc if ready else None
+
+        doc = await eventually(counted, what="six groups counted", timeout=60)
+        assert list(doc["groups"]) == ["zeta", "epsilon", "delta", "gamma", "beta", "alpha"]
+        assert doc["queues_read_at"] is not None and doc["queues_error"] is None
+        assert doc["group_counts"] == {"active": 6}
+
+        page = (await http.get("/status", params={"limit": 2, "offset": 1})).json()
+        assert list(page["groups"]) == ["beta", "delta"] and page["groups_matching"] == 6
+        found = (await http.get("/status", params={"key": "eta"})).json()
+        assert sorted(found["groups"]) == ["beta", "zeta"] and found["groups_matching"] == 2
+        assert (await http.get("/status", params={"state": "unbound"})).json()["groups"] == {}
+        summary = (await http.get("/status", params={"limit": 0})).json()
+        assert summary["groups"] == {} and summary["group_counts"] == {"active": 6}
+        reverse = (await http.get("/status", params={"descending": "true"})).json()
+        assert list(reverse["groups"])[0] == "zeta"
+        for bad in ({"limit": -1}, {"sort": "evil"}, {"state": "x"}, {"nope": "1"}):
+            answer = await http.get("/status", params=bad)
+            assert answer.status_code == 400 and "bad status query" in answer.json()["error"]
