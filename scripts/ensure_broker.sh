@@ -135,4 +135,14 @@ if [[ -n $fds ]] && (( fds < want )); then
     fds=$(node_fd_total)
   fi
 fi
+# Broker events (queue deleted, connection closed...) on `amq.rabbitmq.event`: the controller
+# learns of a queue deleted behind its back at once, instead of at its next listing. The
+# plugin ships with RabbitMQ and is enabled online.
+event_exchange_answers() { api exchanges/%2F/amq.rabbitmq.event >/dev/null; }
+if ! event_exchange_answers; then
+  log "enabling rabbitmq_event_exchange"
+  timeout 120 rabbitmq-plugins enable rabbitmq_event_exchange >/dev/null || true
+  wait_for 60 "the broker's event exchange" event_exchange_answers ||
+    log "rabbitmq_event_exchange could not be enabled: controllers fall back to listings"
+fi
 log "RabbitMQ and its management API answer on 127.0.0.1 (open-files limit ${fds:-unknown})"

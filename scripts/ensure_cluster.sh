@@ -70,7 +70,7 @@ write_files() {
   local n=$1 dir=$BASE/c$1
   mkdir -p "$dir/mnesia" "$dir/log"
   echo "# osrdyne cluster node: everything comes from the environment" >"$dir/rabbitmq-env.conf"
-  echo "[rabbitmq_management]." >"$dir/enabled_plugins"
+  echo "[rabbitmq_management,rabbitmq_event_exchange]." >"$dir/enabled_plugins"
   echo "[{kernel, [{net_ticktime, $TICKTIME}]}]." >"$dir/advanced.config"
   cat >"$dir/rabbitmq.conf" <<EOF
 listeners.tcp.default = 127.0.0.1:$(amqp_port "$n")

@@ -85,5 +85,7 @@ class ActivityReporter:
     async def _send_quietly(self) -> None:
         try:
             await self.emit(Event.REQUEST_RECEIVED)
-        except Exception:  # a lost report only shortens the group's life; never fail a request
-            logger.warning("could not publish an activity report", exc_info=True)
+        except Exception as exc:  # a lost report only shortens the group's life; never fail
+            # a request. A broker's refusal is one line; anything else gets its traceback.
+            refused = wire.is_refusal(exc)
+            logger.warning("could not publish an activity report: %r", exc, exc_info=not refused)

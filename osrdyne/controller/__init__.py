@@ -37,6 +37,7 @@ from osrdyne.controller._status import (
     GroupState,
     Health,
     Leader,
+    NodeReport,
     Role,
     StatusDocument,
 )
@@ -61,6 +62,7 @@ __all__ = [
     "KeyRefused",
     "Leader",
     "LogSettings",
+    "NodeReport",
     "NotLeader",
     "QueueSettings",
     "Refusal",

@@ -31,9 +31,25 @@ logger = logging.getLogger(__name__)
 
 #: The columns of `/api/nodes` read (the rest of a node's document is large).
 NODE_COLUMNS = (
-    "name,running,fd_used,fd_total,proc_used,proc_total,mem_used,mem_limit,mem_alarm,"
-    "disk_free,disk_free_limit,disk_free_alarm"
+    "name,running,partitions,fd_used,fd_total,proc_used,proc_total,mem_used,mem_limit,"
+    "mem_alarm,disk_free,disk_free_limit,disk_free_alarm"
 )
+#: Pages of 500 connections read at most to count the pool's connections per node.
+CONNECTION_PAGES = 20
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeHealth:
+    """One broker node as the management API and the pool's connections see it."""
+
+    name: str
+    running: bool
+    #: Nodes this one cannot reach (a network partition as it sees it).
+    partitions: tuple[str, ...]
+    mem_alarm: bool
+    disk_alarm: bool
+    #: Connections of this pool's controller and workers on the node (None: not read).
+    pool_connections: int | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +72,8 @@ class BrokerFigures:
     queues: int | None
     #: Epoch seconds of the reading.
     time: float
+    #: Every node of the cluster (one for a single broker).
+    nodes: tuple[NodeHealth, ...] = ()
 
 
 def _count(value: Any) -> int | None:
@@ -69,8 +87,58 @@ def _free(used: int | None, total: int | None) -> float:
     return float("inf") if used is None or total is None else float(total - used)
 
 
+def is_pool_connection(pool: str, connection_name: Any) -> bool:
+    """A connection of the pool's controller (`osrdyne P ...`) or of one of its workers
+    (`worker ID (P)`), by the name osrdyne gives it."""
+    if not isinstance(connection_name, str):
+        return False
+    return connection_name.startswith(f"osrdyne {pool} ") or (
+        connection_name.startswith("worker ") and connection_name.endswith(f" ({pool})")
+    )
+
+
+def nodes_of(
+    nodes: Sequence[Mapping[str, Any]],
+    connections: Sequence[Mapping[str, Any]] | None,
+    *,
+    pool: str,
+) -> tuple[NodeHealth, ...]:
+    """Each node's health and the pool's connections on it (pure: tested without a broker).
+    `connections` None: they could not be read (counts unknown)."""
+    counts: dict[str, int] = {}
+    for c in connections or ():
+        properties = c.get("client_properties")
+        name = properties.get("connection_name") if isinstance(properties, Mapping) else None
+        node = c.get("node")
+        if isinstance(node, str) and is_pool_connection(pool, name):
+            counts[node] = counts.get(node, 0) + 1
+    found: list[NodeHealth] = []
+    for n in nodes:
+        name = n.get("name")
+        if not isinstance(name, str):
+            continue
+        partitions = n.get("partitions")
+        found.append(
+            NodeHealth(
+                name=name,
+                running=n.get("running") is not False,
+                partitions=tuple(p for p in partitions if isinstance(p, str))
+                if isinstance(partitions, list)
+                else (),
+                mem_alarm=n.get("mem_alarm") is True,
+                disk_alarm=n.get("disk_free_alarm") is True,
+                pool_connections=None if connections is None else counts.get(name, 0),
+            )
+        )
+    return tuple(sorted(found, key=lambda h: h.name))
+
+
 def figures_of(
-    nodes: Sequence[Mapping[str, Any]], overview: Mapping[str, Any], *, at: float
+    nodes: Sequence[Mapping[str, Any]],
+    overview: Mapping[str, Any],
+    *,
+    at: float,
+    health: tuple[NodeHealth, ...] = (),
 ) -> BrokerFigures:
     """The figures of `/api/nodes` and `/api/overview` answers (pure: tested without a broker)."""
     running = [n for n in nodes if isinstance(n, Mapping) and n.get("running", True) is not False]
@@ -99,6 +167,7 @@ def figures_of(
         disk_alarm=any(n.get("disk_free_alarm") is True for n in running),
         queues=queues,
         time=at,
+        nodes=health,
     )
 
 
@@ -116,8 +185,10 @@ class BrokerLimits:
         interval: float,
         timeout: float,
         groups: Callable[[], int],
+        pool: str = "",
     ) -> None:
         self._api = api
+        self._pool = pool
         self._interval = interval
         self._timeout = timeout
         self._groups = groups
@@ -140,18 +211,32 @@ class BrokerLimits:
             async with asyncio.timeout(self._timeout):
                 nodes = await self._api.nodes(columns=NODE_COLUMNS)
                 overview = await self._api.overview(columns="object_totals")
+            connections = await self._connections()
         except (httpx.HTTPError, OSError, TimeoutError, ValueError, KeyError) as exc:
             error = logs.redact(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
             if error != self.error:
                 logger.warning("cannot read the broker's limits: %s", error)
             self.error = error
         else:
-            self.figures = figures_of(nodes, overview, at=time.time())
+            health = nodes_of(nodes, connections, pool=self._pool)
+            self.figures = figures_of(nodes, overview, at=time.time(), health=health)
             self._groups_at_read = groups
             self.error = None
         finally:
             self.readings += 1
             self.changed.set()
+
+    async def _connections(self) -> list[dict[str, Any]] | None:
+        """The broker's connections (node and name), None when they cannot be read: the
+        limits still count, the per-node connection counts are then unknown."""
+        try:
+            async with asyncio.timeout(self._timeout):
+                return await self._api.connections(
+                    columns="node,client_properties", max_pages=CONNECTION_PAGES
+                )
+        except (httpx.HTTPError, OSError, TimeoutError, ValueError, KeyError) as exc:
+            logger.debug("cannot read the broker's connections: %s", logs.redact(str(exc)))
+            return None
 
     async def run(self) -> None:
         """Read again every `interval` (the session reads once before it takes orphans)."""

@@ -43,6 +43,7 @@ from osrdyne.controller._status import (
     GroupState,
     Health,
     Leader,
+    NodeReport,
     Role,
     StatusDocument,
 )
@@ -98,6 +99,8 @@ class Controller:
         self.last_error: str | None = None
         #: What happened to each key lately (the console's timelines); outlives sessions.
         self.history = KeyHistory()
+        #: What the broker-node gauges were last set from (listing, limits reading).
+        self._nodes_gauged: tuple[int, float] | None = None
         #: Base URL of this controller's HTTP API, shown to other controllers of the pool.
         self.api_url: str | None = None
         #: `host:port` of the broker node the session is on (None between sessions).
@@ -261,6 +264,7 @@ class Controller:
             async with asyncio.timeout(s.amqp.startup_timeout):
                 for consumer in session.consumers:
                     await consumer.start()
+                await session.events.start()
             self._became_leader.set()
             await _first(self._stopping, lost, died)
             if died.is_set() and not self._stopping.is_set():
@@ -328,6 +332,21 @@ class Controller:
                 m.broker_limit.labels(resource).set(limit)
         m.broker_alarm.labels("memory").set(1 if figures.mem_alarm else 0)
         m.broker_alarm.labels("disk").set(1 if figures.disk_alarm else 0)
+        listing = session.queue_loop.listing
+        reading = (id(listing), figures.time)
+        if reading == self._nodes_gauged:
+            return  # nothing new since the last pass (the listing can hold 10,000 queues)
+        self._nodes_gauged = reading
+        for node in _node_reports(session, listing):
+            for figure, value in (
+                ("running", int(node.running)),
+                ("partitions", len(node.partitions)),
+                ("pool_connections", node.pool_connections),
+                ("queue_leaders", node.queue_leaders),
+                ("members_missing", node.members_missing),
+            ):
+                if value is not None:
+                    m.broker_node.labels(node.name, figure).set(value)
 
     async def _read_exchange_stats(self, fast_path: FastPathEstimate) -> None:
         try:
@@ -387,6 +406,8 @@ class Controller:
                 if isinstance(head, int | float):
                     group.oldest_message_age = max(0.0, now - head)
                 group.health = self._health(group, now)
+        if session is not None:
+            doc.broker_nodes = _node_reports(session, listing)
         counts = collections.Counter(group.state.value for group in doc.groups.values())
         doc.group_counts = dict(sorted(counts.items()))
         doc.groups, doc.groups_matching = (query or GroupQuery()).select(doc.groups)
@@ -472,6 +493,34 @@ class Controller:
 
 #: Longest wait for the management API when a standby's status asks who leads.
 _FIGURES_TIMEOUT = 5.0
+
+
+def _node_reports(session: Session, listing: _topology.RequestQueues | None) -> list[NodeReport]:
+    """Each broker node from the last limits reading, with the pool's request queues led
+    from it and those missing a member there (from the queue loop's last listing)."""
+    figures = session.broker_limits.figures
+    reports = {
+        n.name: NodeReport(
+            name=n.name,
+            running=n.running,
+            partitions=list(n.partitions),
+            mem_alarm=n.mem_alarm,
+            disk_alarm=n.disk_alarm,
+            pool_connections=n.pool_connections,
+        )
+        for n in (figures.nodes if figures is not None else ())
+    }
+    for queue in listing.figures.values() if listing is not None else ():
+        leader = queue.get("leader") or queue.get("node")
+        if isinstance(leader, str):
+            reports.setdefault(leader, NodeReport(name=leader, running=False)).queue_leaders += 1
+        members, online = queue.get("members"), queue.get("online")
+        if isinstance(members, list) and isinstance(online, list):
+            for member in members:
+                if isinstance(member, str) and member not in online:
+                    report = reports.setdefault(member, NodeReport(name=member, running=False))
+                    report.members_missing += 1
+    return sorted(reports.values(), key=lambda r: r.name)
 
 
 def _worker(info: Any) -> WorkerInfo:

@@ -138,6 +138,18 @@ class ManagementApi:
                 return items
             page += 1
 
+    async def connections(self, *, columns: str, max_pages: int) -> list[dict[str, Any]]:
+        """The broker's client connections, page by page, at most `max_pages` pages of 500
+        (a bound on what one reading costs a broker with very many connections)."""
+        items: list[dict[str, Any]] = []
+        for page in range(1, max_pages + 1):
+            params = {"page": page, "page_size": 500, "columns": columns}
+            doc = await self._request("GET", "/connections", params=params)
+            items.extend(doc["items"])
+            if page >= doc.get("page_count", 1):
+                break
+        return items
+
     async def queue(self, name: str) -> dict[str, Any] | None:
         result: dict[str, Any] | None = await self._request(
             "GET", f"/queues/{_q(self.vhost)}/{_q(name)}", missing_ok=True

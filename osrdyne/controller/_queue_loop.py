@@ -12,6 +12,7 @@ keys never piles up unbounded declares in the broker).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import logging
@@ -35,6 +36,9 @@ from osrdyne.ops.metrics import ControllerMetrics
 from osrdyne.wire import PoolNames
 
 logger = logging.getLogger(__name__)
+
+#: Seconds a deletion or unbinding of this loop's own is told apart from others' by name.
+_OWN_EVENTS_FOR = 60.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +97,14 @@ class RequestQueueLoop:
         #: The last listing of the pool's request queues (names, bindings and figures), what
         #: `/status` shows; None before the first.
         self.listing: _topology.RequestQueues | None = None
+        #: Listings made (tests and benchmarks read it).
+        self.listings = 0
+        #: Broker events that asked for a listing (changes not made by this loop).
+        self.pokes = 0
+        #: Someone else changed the pool's queues (a broker event): list them again now.
+        self._poked = asyncio.Event()
+        #: Queue names this loop deleted or unbound lately (their events are its own).
+        self._own: collections.OrderedDict[str, float] = collections.OrderedDict()
         self.reached: Watch[QueuesReached] = Watch(
             QueuesReached(0, types.MappingProxyType({}), types.MappingProxyType({}))
         )
@@ -127,19 +139,50 @@ class RequestQueueLoop:
                     listed_at = time.monotonic()
                     continue
                 wait = min(self._interval, 1.0) if errors else self._interval
-                try:
-                    async with asyncio.timeout(min(wait, next_listing)):
-                        await self._tracker.state.changed_since(version)
-                except TimeoutError:
-                    actual = await self._list()
-                    listed_at = time.monotonic()
+                if await self._wait_change(version, min(wait, next_listing)):
+                    continue
+                actual = await self._list()
+                listed_at = time.monotonic()
         finally:
             await self._channels.close()
+
+    async def _wait_change(self, version: int, timeout: float) -> bool:
+        """True when the expected state changed within `timeout`; False when the queues
+        should be listed again (the timeout passed, or a broker event says they changed)."""
+        changed = asyncio.ensure_future(self._tracker.state.changed_since(version))
+        poked = asyncio.ensure_future(self._poked.wait())
+        try:
+            done, _ = await asyncio.wait(
+                {changed, poked}, timeout=timeout, return_when="FIRST_COMPLETED"
+            )
+        finally:
+            changed.cancel()
+            poked.cancel()
+        if poked in done:
+            self._poked.clear()
+            return False
+        return changed in done
+
+    def queue_changed(self, name: str) -> None:
+        """A broker event: queue `name` was deleted or unbound. Unless this loop did it, its
+        queues are listed again at once (and what is missing is made again)."""
+        if name not in self._own:
+            self.pokes += 1
+            self._poked.set()
+
+    def _mine(self, name: str) -> None:
+        """This loop deletes or unbinds `name` now (forgotten after `_OWN_EVENTS_FOR`)."""
+        now = time.monotonic()
+        self._own[name] = now
+        self._own.move_to_end(name)
+        while self._own and now - next(iter(self._own.values())) > _OWN_EVENTS_FOR:
+            self._own.popitem(last=False)
 
     async def _list(self) -> dict[str, GroupStatus]:
         listed = await _topology.list_request_queues(self._api, self._names)
         self._legacy = dict(listed.legacy)
         self.listing = listed
+        self.listings += 1
         return dict(listed)
 
     def _queue_name(self, key: str) -> str:
@@ -244,6 +287,8 @@ class RequestQueueLoop:
         names_check = wire.any_queue_name() if key in self._legacy else contextlib.nullcontext()
         async with self._channels.channel() as channel:
             with names_check:
+                if action.op in (_reconcile.QueueOp.DELETE, _reconcile.QueueOp.UNBIND):
+                    self._mine(name)
                 if action.op is _reconcile.QueueOp.DELETE:
                     await self._delete(channel, name)
                     actual.pop(key, None)

@@ -24,6 +24,7 @@ from osrdyne import wire
 from osrdyne.controller import _topology
 from osrdyne.controller._activity import ActivityProcessor
 from osrdyne.controller._admission import Admission, GroupCount
+from osrdyne.controller._broker_events import BrokerEvents
 from osrdyne.controller._broker_limits import BrokerLimits
 from osrdyne.controller._consumer import QueueConsumer
 from osrdyne.controller._dead_letters import DeadLetterResponder
@@ -64,6 +65,8 @@ class Session:
     #: Dead letters, activity, then orphans: started in this order once the loops run, so
     #: the controller takes orphans (and starts groups) only when it can hear from them.
     consumers: tuple[QueueConsumer, ...]
+    #: The broker's queue and binding events (a queue deleted behind the loop's back).
+    events: BrokerEvents
 
     def warm(self, key: str, *, by: str) -> int:
         """Require the group of `key` as its first orphan would, without a request; return
@@ -133,7 +136,11 @@ async def build(
         removals=lambda: tracker.removals,
     )
     broker_limits = BrokerLimits(
-        api, interval=s.broker.check_interval, timeout=s.broker.check_timeout, groups=groups
+        api,
+        interval=s.broker.check_interval,
+        timeout=s.broker.check_timeout,
+        groups=groups,
+        pool=names.pool,
     )
     admission = Admission(
         max_groups=s.groups.max_groups,
@@ -194,4 +201,5 @@ async def build(
         history=history,
         stop_drain=s.groups.stop_drain,
         consumers=(dead_letters, activity, orphans),
+        events=BrokerEvents(connection, names=names, vhost=api.vhost, queue_loop=queue_loop),
     )

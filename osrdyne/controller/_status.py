@@ -122,6 +122,24 @@ class BrokerReport(_Model):
     error: str | None = None
 
 
+class NodeReport(_Model):
+    """One broker node: its health (from the limits reading) and this pool's share of it
+    (from the request-queue loop's last listing)."""
+
+    name: str
+    running: bool
+    #: Nodes it cannot reach (a partition as it sees it); empty when none.
+    partitions: list[str] = pydantic.Field(default_factory=list)
+    mem_alarm: bool = False
+    disk_alarm: bool = False
+    #: Connections of the pool's controller and workers on it (None: not read).
+    pool_connections: int | None = None
+    #: The pool's request queues led from it (quorum leader, or a classic queue's node).
+    queue_leaders: int = 0
+    #: The pool's quorum request queues with a member on it that is not online.
+    members_missing: int = 0
+
+
 class AdmissionReport(_Model):
     """What new keys are admitted against: the caps, what uses them, and the answer a new key
     would get now."""
@@ -173,6 +191,8 @@ class StatusDocument(_Model):
     queues_read_at: float | None = None
     #: Leader only: the broker's limits and their use.
     broker: BrokerReport | None = None
+    #: Leader only: every broker node, its health and the pool's share of it.
+    broker_nodes: list[NodeReport] = pydantic.Field(default_factory=list)
     #: Leader only: the caps on new keys and their use.
     admission: AdmissionReport | None = None
 

@@ -167,8 +167,13 @@ class RequestQueues(dict[str, GroupStatus]):
         self.read_at = time.time()
 
 
-#: The queue figures `/status` shows, read in the same listing as the names.
-FIGURE_COLUMNS = "messages,messages_ready,messages_unacknowledged,consumers,head_message_timestamp"
+#: The queue figures `/status` shows, read in the same listing as the names: depths, and
+#: where the queue lives (`node` of a classic queue; `leader`, `members`, `online` of a
+#: quorum queue) for the cluster's health.
+FIGURE_COLUMNS = (
+    "messages,messages_ready,messages_unacknowledged,consumers,head_message_timestamp,"
+    "node,leader,members,online"
+)
 
 
 async def list_request_queues(api: ManagementApi, names: PoolNames) -> RequestQueues:

@@ -93,6 +93,20 @@ def limits(doc: StatusDocument) -> list[Text]:
         if broker.error:
             text += f"; last reading failed: {broker.error}"
         lines.append(Text(text, overflow="fold"))
+    for node in doc.broker_nodes:
+        trouble = [
+            "down" if not node.running else "",
+            f"partitioned from {', '.join(node.partitions)}" if node.partitions else "",
+            "memory alarm" if node.mem_alarm else "",
+            "disk alarm" if node.disk_alarm else "",
+        ]
+        health = ", ".join(t for t in trouble if t) or "running"
+        connections = "?" if node.pool_connections is None else str(node.pool_connections)
+        text = (
+            f"node {node.name}: {health}; pool connections {connections}, "
+            f"queue leaders {node.queue_leaders}, members missing {node.members_missing}"
+        )
+        lines.append(Text(text, overflow="fold"))
     return lines
 
 

@@ -150,6 +150,14 @@ class ControllerMetrics:
             ["alarm"],
             registry=r,
         )
+        self.broker_node = Gauge(
+            "osrdyne_broker_node",
+            "Per broker node: `running` (1/0), `partitions` (nodes it cannot reach), "
+            "`pool_connections`, `queue_leaders` (the pool's request queues led from it), "
+            "`members_missing` (the pool's quorum queues with a member there not online).",
+            ["node", "figure"],
+            registry=r,
+        )
         self.exchange_published = Gauge(
             "osrdyne_request_exchange_published",
             "The broker's cumulative `publish_in` of the pool's request exchange (client "

@@ -6,7 +6,12 @@ from __future__ import annotations
 
 from osrdyne import wire
 from osrdyne.controller._admission import Admission, GroupCount, broker_refusal, broker_room
-from osrdyne.controller._broker_limits import BrokerFigures, figures_of
+from osrdyne.controller._broker_limits import (
+    BrokerFigures,
+    figures_of,
+    is_pool_connection,
+    nodes_of,
+)
 from osrdyne.controller._gate import Gate
 from osrdyne.controller._settings import BrokerLimitSettings
 from osrdyne.controller._tracker import PoolStateTracker
@@ -158,3 +163,36 @@ def test_the_group_count_follows_removals_and_new_passes(clock: Clock) -> None:
     assert count() == 4
     seen["running"], seen["actual"] = frozenset("abcd"), dict.fromkeys("abcd")
     assert count() == 4
+
+
+def test_node_health_counts_only_the_pools_connections_and_checks_what_it_reads() -> None:
+    """`nodes_of` (pure): each node's health, the pool's connections on it by the names
+    osrdyne gives them; hostile or missing fields read as unknown, never as a crash."""
+    nodes = [
+        {"name": "rabbit@b", "running": True, "partitions": ["rabbit@c"], "mem_alarm": True},
+        {"name": "rabbit@a", "running": True, "partitions": [], "disk_free_alarm": True},
+        {"name": "rabbit@c", "running": False, "partitions": "garbage"},
+        {"name": 42},
+    ]
+    connections = [
+        {"node": "rabbit@a", "client_properties": {"connection_name": "osrdyne p host:1:x"}},
+        {"node": "rabbit@a", "client_properties": {"connection_name": "worker w1 (p)"}},
+        {"node": "rabbit@b", "client_properties": {"connection_name": "worker w2 (p)"}},
+        {"node": "rabbit@b", "client_properties": {"connection_name": "worker w3 (other)"}},
+        {"node": "rabbit@b", "client_properties": {"connection_name": "osrdyne pool2 x"}},
+        {"node": "rabbit@b", "client_properties": "not a table"},
+        {"node": None, "client_properties": {"connection_name": "worker w4 (p)"}},
+    ]
+    a, b, c = nodes_of(nodes, connections, pool="p")
+    assert (a.name, a.running, a.partitions, a.disk_alarm, a.pool_connections) == (
+        "rabbit@a",
+        True,
+        (),
+        True,
+        2,
+    )
+    assert (b.partitions, b.mem_alarm, b.pool_connections) == (("rabbit@c",), True, 1)
+    assert (c.running, c.partitions, c.pool_connections) == (False, (), 0)
+    unknown = nodes_of(nodes, None, pool="p")
+    assert all(n.pool_connections is None for n in unknown)
+    assert not is_pool_connection("p", "osrdyne px y") and not is_pool_connection("p", None)

@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from osrdyne import Client, exceptions
+from osrdyne.controller import NodeReport
 from tests.cluster.conftest import Cluster
 from tests.conftest import Running
 from tests.waiting import eventually
@@ -152,3 +153,52 @@ async def idle_back(cluster: Cluster, n: int) -> bool:
         return n in await cluster.running()
     except RuntimeError:
         return False
+
+
+async def test_status_shows_each_node_and_the_pools_share_of_it(
+    cluster_pool: str,
+    healthy_cluster: Cluster,
+    make_controller: Callable[..., Awaitable[Running]],
+) -> None:
+    """`/status` lists the three nodes: running, the pool's connections and request-queue
+    leaders on each; a node killed shows as down, with the members the pool misses there."""
+    cluster, pool = healthy_cluster, cluster_pool
+    running = await make_controller(
+        pool,
+        amqp={"url": cluster.amqp_urls, "management_url": cluster.management_urls},
+        groups={"unbind_delay": 600, "stop_delay": 600},
+        broker={"check_interval": 0.5},
+    )
+    async with Client(cluster.amqp_urls, name=f"nodes {pool}") as client:
+        for key in KEYS:
+            (await client.call(pool, key, b"warm-up", timeout=60)).raise_for_status()
+
+    async def nodes() -> list[NodeReport] | None:
+        doc = await running.controller.report()
+        found = doc.broker_nodes
+        leaders = sum(n.queue_leaders for n in found)
+        connections = sum(n.pool_connections or 0 for n in found)
+        # The controller's connection and one worker per key.
+        return found if leaders == len(KEYS) and connections >= 1 + len(KEYS) else None
+
+    found = await eventually(nodes, what="three nodes with the pool's share", timeout=60)
+    assert [n.name for n in found] == [Cluster.name(n) for n in (1, 2, 3)]
+    assert all(n.running and not n.partitions and n.members_missing == 0 for n in found)
+    controller_node = await node_of(cluster, f"osrdyne {pool} ")
+    victim = next(n for n in (1, 2, 3) if n != controller_node)
+    await asyncio.to_thread(cluster.kill, victim)
+
+    async def down() -> NodeReport | None:
+        doc = await running.controller.report()
+        node = next((n for n in doc.broker_nodes if n.name == Cluster.name(victim)), None)
+        # Every request queue has a member on every node: each misses the one there, and
+        # none is led from there once its leader moved.
+        shown = (
+            node is not None
+            and not node.running
+            and node.members_missing == len(KEYS)
+            and node.queue_leaders == 0
+        )
+        return node if shown else None
+
+    await eventually(down, what=f"node {victim} shown down", timeout=90)

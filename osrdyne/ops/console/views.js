@@ -157,7 +157,27 @@ const KNOWN_STATUS = new Set([
   "leader",
   "broker",
   "admission",
+  "broker_nodes",
+  "group_counts",
+  "groups_matching",
+  "queues_read_at",
 ]);
+
+// One broker node, on one line: up or down (with partitions and alarms), then the pool's share.
+function nodeLine(node) {
+  const trouble = [
+    !node.running && "down",
+    node.partitions.length && "partitioned from " + node.partitions.join(", "),
+    node.mem_alarm && "memory alarm",
+    node.disk_alarm && "disk alarm",
+  ].filter(Boolean);
+  const share = [
+    `${node.queue_leaders} leaders`,
+    node.pool_connections !== null && `${node.pool_connections} connections`,
+    node.members_missing && `${node.members_missing} members missing`,
+  ].filter(Boolean);
+  return [trouble.length ? badge(trouble.join(", "), "stalled") : badge("running", "active"), " ", visible(share.join(", "))];
+}
 
 // "used / total (pct%)", or "?" when the broker does not say.
 function ofTotal(used, total) {
@@ -340,6 +360,7 @@ export class PoolView {
               status.broker && (status.broker.mem_alarm || status.broker.disk_alarm) && ["alarms", badge([status.broker.mem_alarm && "memory", status.broker.disk_alarm && "disk"].filter(Boolean).join(", "), "stalled")],
               status.broker && status.broker.error && ["broker figures", visible(status.broker.error, { class: "text error" })],
               Object.keys(status.admission.refused || {}).length && ["refused", visible(Object.entries(status.admission.refused).map(([r, n]) => `${r} ${n}`).join(", "))],
+              ...(status.broker_nodes || []).map((node) => [visible(node.name), nodeLine(node)]),
             ])
           : h("p", { class: "muted" }, "Only the leader admits new keys."),
       ),

@@ -1,0 +1,76 @@
+"""Broker events (`rabbitmq_event_exchange`, enabled by scripts/ensure_broker.sh): a request
+queue deleted behind the controller's back is made again at once, not at the next listing.
+
+The listing interval is set far beyond the test's bounds, so only the event can explain the
+queue coming back, bound with its key.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections.abc import Awaitable, Callable
+
+from osrdyne import Client, wire
+from tests import broker
+from tests.conftest import Running
+from tests.waiting import eventually
+
+
+async def queue_exists(name: str) -> bool:
+    async with broker.management() as http:
+        response = await http.get(f"/queues/%2F/{urllib.parse.quote(name, safe='')}")
+        return response.status_code == 200
+
+
+async def test_a_queue_deleted_by_hand_is_made_again_from_the_event(
+    make_controller: Callable[..., Awaitable[Running]], pool: str, client: Client
+) -> None:
+    running = await make_controller(pool, groups={"loop_interval": 3600})
+    session = running.controller.session
+    assert session is not None and session.events.available, "the event exchange is missing"
+    assert (await client.call(pool, "k", b"before", timeout=60)).ok
+    name = wire.PoolNames(pool).request_queue("k")
+    received = session.events.received
+    async with broker.management() as http:
+        deleted = await http.delete(f"/queues/%2F/{urllib.parse.quote(name, safe='')}")
+        assert deleted.status_code in (200, 204)
+    await eventually(lambda: session.events.received > received, what="the event heard")
+    # Well within the listing interval: the event made the loop list and create it again,
+    # bound to the request exchange with its key.
+    await eventually(lambda: bound(name, pool, "k"), what="the queue made again", timeout=30)
+    assert session.queue_loop.pokes >= 1  # its deletion, and its binding's
+
+
+async def test_the_loops_own_deletions_do_not_make_it_list_again(
+    make_controller: Callable[..., Awaitable[Running]], pool: str, client: Client
+) -> None:
+    """A group stopped by the controller: the events of its own unbinding and deletion are
+    heard, and ask for no new listing."""
+    running = await make_controller(
+        pool, groups={"loop_interval": 3600, "unbind_delay": 0.5, "stop_delay": 0.5}
+    )
+    session = running.controller.session
+    assert session is not None and session.events.available
+    assert (await client.call(pool, "brief", b"x", timeout=60)).ok
+    name = wire.PoolNames(pool).request_queue("brief")
+    pokes, received = session.queue_loop.pokes, session.events.received
+    await eventually(lambda: _gone(name), what="the group's queue deleted", timeout=60)
+    # Its unbinding and deletion were both heard...
+    await eventually(lambda: session.events.received >= received + 2, what="the events")
+    # ...and neither asked the loop for a listing (a deletion by hand does: the test above).
+    assert session.queue_loop.pokes == pokes
+
+
+async def bound(name: str, pool: str, key: str) -> bool:
+    async with broker.management() as http:
+        response = await http.get(f"/queues/%2F/{urllib.parse.quote(name, safe='')}/bindings")
+        if response.status_code != 200:
+            return False
+        return any(
+            b["source"] == wire.PoolNames(pool).request_exchange and b["routing_key"] == key
+            for b in response.json()
+        )
+
+
+async def _gone(name: str) -> bool:
+    return not await queue_exists(name)
