@@ -16,10 +16,12 @@ hostile input (`wire.text`): only names of this vhost and this pool are acted on
 from __future__ import annotations
 
 import logging
+import uuid
 
 import aio_pika
 import aio_pika.abc
 import aio_pika.exceptions
+import aiormq.exceptions
 
 from osrdyne import wire
 from osrdyne.controller._queue_loop import RequestQueueLoop
@@ -53,23 +55,35 @@ class BrokerEvents:
         self.available: bool | None = None
 
     async def start(self) -> None:
-        """Listen, if the broker has the event exchange."""
+        """Listen, if the broker has the event exchange and lets this user read it; else
+        say why once, and rely on the listings."""
         channel = await self._connection.channel()
         try:
             exchange = await channel.declare_exchange(EXCHANGE, passive=True)
-        except aio_pika.exceptions.ChannelNotFoundEntity:
+            # In the pool's namespace (the controller's role may configure `P-*` only),
+            # exclusive: it goes with the connection.
+            queue = await channel.declare_queue(
+                f"{self._names.pool}-events-{uuid.uuid4().hex[:12]}",
+                exclusive=True,
+                auto_delete=True,
+            )
+            for event in EVENTS:
+                await queue.bind(exchange, routing_key=event)
+            await queue.consume(self._on_event, no_ack=True)
+        except (
+            aio_pika.exceptions.ChannelNotFoundEntity,
+            aiormq.exceptions.ChannelAccessRefused,
+        ) as exc:
             self.available = False
-            logger.info(
-                "the broker has no %s (rabbitmq_event_exchange is not enabled): queues "
-                "deleted behind the controller's back are seen at its next listing",
+            logger.warning(
+                "no broker events (%s: is rabbitmq_event_exchange enabled, and may this user "
+                "read %s?): queues deleted behind the controller's back are seen at its next "
+                "listing",
+                exc,
                 EXCHANGE,
             )
             return
         self.available = True
-        queue = await channel.declare_queue(exclusive=True, auto_delete=True)
-        for event in EVENTS:
-            await queue.bind(exchange, routing_key=event)
-        await queue.consume(self._on_event, no_ack=True)
 
     async def _on_event(self, message: aio_pika.abc.AbstractIncomingMessage) -> None:
         self.received += 1

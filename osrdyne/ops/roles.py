@@ -4,10 +4,10 @@ docs/security.md explains the threat model; this module is where the permissions
 down once: `osrdyne roles POOL` prints the `rabbitmqctl` commands that create them, and the
 security tests create them on a real broker and run a pool under them.
 
-    role        configure         write                              read
-    controller  ^P-               ^(P-.*|amq\\.default)$              ^P-
-    worker      (nothing)         ^(P-activity-xchg|amq\\.default)$   ^P-req-
-    client      (nothing)         ^P-req-xchg$                       (nothing)
+    role        configure   write                              read
+    controller  ^P-         ^(P-.*|amq\\.default)$              ^(P-.*|amq\\.rabbitmq\\.event)$
+    worker      (nothing)   ^(P-activity-xchg|amq\\.default)$   ^P-req-
+    client      (nothing)   ^P-req-xchg$                       (nothing)
 
 Workers answer through the default exchange, which RabbitMQ checks on the exchange, not on
 the queue it routes to: within one vhost a worker can reach any queue it can name. Pools that
@@ -45,7 +45,8 @@ def roles(pool: str) -> list[Role]:
             "controller",
             configure=f"^{own}",
             write=f"^({own}.*|amq\\.default)$",
-            read=f"^{own}",
+            # The broker's events (a queue deleted behind its back), when the plugin is on.
+            read=f"^({own}.*|amq\\.rabbitmq\\.event)$",
             tags="policymaker",
             why="declares and consumes the pool's objects, forwards orphans, answers errors",
         ),

@@ -83,11 +83,14 @@ async def test_a_pool_runs_under_its_role_users_and_each_is_fenced(
 ) -> None:
     pool, other = make_pool(), make_pool()
     users, others = await make_users(pool), await make_users(other)
-    await make_controller(
+    running = await make_controller(
         pool,
         amqp={"url": users.url("controller"), "worker_url": users.url("worker")},
         driver={"subprocess": {"command": [sys.executable, "-m", "worker_sdk.examples.echo"]}},
     )
+    # Its role lets it hear the broker's events (queues deleted behind its back).
+    session = running.controller.session
+    assert session is not None and session.events.available
     await make_controller(other, amqp={"url": others.url("controller")}, driver={"kind": "noop"})
     async with Client(users.url("client"), name="role client") as client:
         assert (await client.call(pool, "k", b"as a client", timeout=60)).body == b"as a client"
