@@ -223,6 +223,8 @@ async def one_size(node: Node, queue_type: str, n: int) -> dict[str, Any]:
             listed = await _topology.list_request_queues(controller.api, controller.names)
             listings.append(time.perf_counter() - t)
         assert len(listed) == n, f"{len(listed)} request queues listed, {n} expected"
+        page_ms, whole_ms, whole_kb = await status_times(controller)
+        event_lag = await event_lag_s(controller, node, vhost)
         after = await node.settled_figures(n)
     finally:
         controller.stop()
@@ -240,12 +242,58 @@ async def one_size(node: Node, queue_type: str, n: int) -> dict[str, Any]:
         "cpu_per_pass_ms": 1000 * cpu / done if done else float("nan"),
         "converge_wall_ms": 1000 * (sum1 - sum0) / done if done else float("nan"),
         "list_wall_ms": 1000 * statistics.median(listings),
+        "status_page_ms": page_ms,
+        "status_whole_ms": whole_ms,
+        "status_whole_kb": whole_kb,
+        "idle_cpu_pct": 100 * cpu / 21,
+        "event_lag_s": event_lag,
         "rss_mb": rss,
         "broker_kb_per_queue": (after["mem_used"] - before["mem_used"]) / n / 1024,
         "fd_per_queue": (after["fd_used"] - before["fd_used"]) / n,
         "proc_per_queue": (after["proc_used"] - before["proc_used"]) / n,
         "fd_total": after["fd_total"],
     }
+
+
+async def status_times(controller: Controller) -> tuple[float, float, float]:
+    """p50 ms of `/status` as the API serves it (the document made and written as JSON):
+    a page of 100 groups, and the whole document; and the whole one's size in KB."""
+    from osrdyne.controller import GroupQuery
+
+    async def timed(query: GroupQuery | None) -> tuple[float, int]:
+        t = time.perf_counter()
+        text = (await controller.report(query)).model_dump_json()
+        return 1000 * (time.perf_counter() - t), len(text)
+
+    pages = [(await timed(GroupQuery(limit=100, sort="messages")))[0] for _ in range(20)]
+    wholes = [await timed(None) for _ in range(10)]
+    return (
+        statistics.median(pages),
+        statistics.median(t for t, _ in wholes),
+        wholes[-1][1] / 1024,
+    )
+
+
+async def event_lag_s(controller: Controller, node: Node, vhost: str) -> float:
+    """Seconds from a request queue deleted by hand (management API) to the controller
+    having made it again (its listing shows it): the broker's event, or failing that the
+    next anti-entropy listing. NaN when it is not back within 60 s (the bench then fails)."""
+    session = controller.session
+    assert session is not None
+    key = "k00000"
+    name = controller.names.request_queue(key)
+    path = f"/queues/{urllib.parse.quote(vhost, safe='')}/{urllib.parse.quote(name, safe='')}"
+    listings = session.queue_loop.listings
+    t = time.perf_counter()
+    response = await node.http.delete(path)
+    response.raise_for_status()
+    while time.perf_counter() - t < 60:
+        listing = session.queue_loop.listing
+        if session.queue_loop.listings > listings and listing is not None:
+            if (await node.http.get(path)).status_code == 200:
+                return time.perf_counter() - t
+        await asyncio.sleep(0.02)
+    return float("nan")
 
 
 def _histogram(histogram: Any) -> tuple[float, float]:
@@ -412,12 +460,16 @@ async def sizes(args: argparse.Namespace, results: dict[str, Any]) -> None:
             rows = []
             for n in args.sizes:
                 row = await one_size(node, queue_type, n)
+                unmeasured = [k for k, v in row.items() if isinstance(v, float) and math.isnan(v)]
+                if unmeasured:
+                    raise SystemExit(f"{queue_type} N={n}: not measured: {unmeasured}")
                 rows.append(row)
                 print(json.dumps({k: round(v, 3) if isinstance(v, float) else v
                                   for k, v in row.items()}), flush=True)  # fmt: skip
             results["sizes"].extend(rows)
             for field in ("burst_s", "orphan_p99_ms", "cpu_per_pass_ms", "list_wall_ms", "rss_mb",
-                          "broker_kb_per_queue", "fd_per_queue"):  # fmt: skip
+                          "broker_kb_per_queue", "fd_per_queue", "status_page_ms",
+                          "status_whole_ms", "idle_cpu_pct", "event_lag_s"):  # fmt: skip
                 print(f"  {queue_type} {field}: {growth(rows, field)}")
     finally:
         await node.http.aclose()

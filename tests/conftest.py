@@ -27,15 +27,19 @@ from tests import broker
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--soak", action="store_true", help="run the long soak tests too")
+    parser.addoption(
+        "--chaos", action="store_true", help="run the long random-fault run on the cluster too"
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.getoption("--soak"):
-        return
-    skip = pytest.mark.skip(reason="soak test: run with --soak")
-    for item in items:
-        if "soak" in item.keywords:
-            item.add_marker(skip)
+    for marker in ("soak", "chaos"):
+        if config.getoption(f"--{marker}"):
+            continue
+        skip = pytest.mark.skip(reason=f"{marker} test: run with --{marker}")
+        for item in items:
+            if marker in item.keywords:
+                item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")

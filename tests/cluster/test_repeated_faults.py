@@ -202,3 +202,51 @@ async def test_status_shows_each_node_and_the_pools_share_of_it(
         return node if shown else None
 
     await eventually(down, what=f"node {victim} shown down", timeout=90)
+
+
+async def test_a_majority_lost_then_regained(
+    cluster_pool: str,
+    healthy_cluster: Cluster,
+    make_controller: Callable[..., Awaitable[Running]],
+) -> None:
+    """Two of the three nodes killed: every quorum queue loses its majority. Calls made then
+    are answered with an error (refused, timed out or cut: none hangs); once both nodes are
+    back, the same client is served again, every key, then 10 s of calls all `ok`."""
+    cluster, pool = healthy_cluster, cluster_pool
+    await make_controller(
+        pool,
+        amqp={"url": cluster.amqp_urls, "management_url": cluster.management_urls},
+        groups={"unbind_delay": 600, "stop_delay": 600},
+    )
+    name = f"majority {pool}"
+    async with Client(cluster.amqp_urls, name=name) as client:
+        for key in KEYS:
+            (await client.call(pool, key, b"warm-up", timeout=60)).raise_for_status()
+        survivor = await node_of(cluster, name)
+        lost = [n for n in (1, 2, 3) if n != survivor]
+        for n in lost:
+            await asyncio.to_thread(cluster.kill, n)
+        outage: Counter[str] = Counter()
+        t0 = time.monotonic()
+        answered = 0
+        for i in range(6):
+            try:
+                response = await client.call(pool, KEYS[i % len(KEYS)], b"lost", timeout=3)
+                outage[response.status] += 1
+            except exceptions.ClientError as exc:
+                outage[type(exc).__name__] += 1
+            answered += 1
+        row: dict[str, object] = {
+            "calls while the majority was lost": answered,
+            "their outcomes": dict(outage),
+            "outage calls s": round(time.monotonic() - t0, 1),
+        }
+        for n in lost:
+            await asyncio.to_thread(cluster.start, n)
+        errors: Counter[str] = Counter()
+        row["every key ok again after restart s"] = round(await recover(client, pool, errors), 2)
+        row["calls after"], failures = await streak(client, pool)
+        row["errors before recovery"] = dict(errors)
+        print("MAJORITY", row)
+        assert answered == 6
+        assert not failures, (row, failures)

@@ -246,7 +246,7 @@ class RabbitNode:
         for sub in ("mnesia", "log"):
             (b / sub).mkdir(parents=True, exist_ok=True)
         (b / "rabbitmq-env.conf").write_text("# private test node: everything comes from env\n")
-        (b / "enabled_plugins").write_text("[rabbitmq_management].\n")
+        (b / "enabled_plugins").write_text("[rabbitmq_management,rabbitmq_event_exchange].\n")
         (b / "advanced.config").write_text("[].\n")
         (b / "rabbitmq.conf").write_text(
             f"listeners.tcp.default = 127.0.0.1:{self.port}\n"
