@@ -121,14 +121,23 @@ async def test_sigterm_mid_burst_exits_within_grace_and_loses_nothing(
         process.terminate()
     names = PoolNames(pool)
 
+    seen: dict[str, Any] = {}
+
     async def all_accounted() -> Any:
         queues = await messages_by_queue(pool)
         forwarded = sum(1 for k in keys if queues.get(names.request_queue(k)) == 1)
         waiting = queues.get(names.orphan_queue, 0)
         refused = queues.get(names.poison_queue, 0)  # overloaded, no reply_to: kept as poison
+        # Shown when the count never adds up: a request in a queue twice (forwarded and also
+        # requeued as an orphan) tells a duplicate from a loss.
+        twice = [k for k in keys if (queues.get(names.request_queue(k)) or 0) > 1]
+        seen.update(forwarded=forwarded, waiting=waiting, refused=refused, twice=twice[:5])
         return forwarded + waiting + refused == len(keys) and (forwarded, waiting)
 
-    forwarded, waiting = await eventually(all_accounted, timeout=60, interval=2, what="counted")
+    try:
+        forwarded, waiting = await eventually(all_accounted, timeout=60, interval=2, what="counted")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: last count {seen}") from None
     assert forwarded > 0  # it was mid-burst: some forwarded, the rest wait for the next leader
 
 
