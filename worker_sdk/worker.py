@@ -39,7 +39,15 @@ logger = logging.getLogger(__name__)
 #: Longest wait for one broker call while shutting down.
 _BROKER_STEP_TIMEOUT = 5.0
 #: Failures of the broker or the connection: what is unacked then is redelivered.
-_BROKER_ERRORS = (aio_pika.exceptions.AMQPError, ConnectionError, TimeoutError)
+_BROKER_ERRORS = (
+    aio_pika.exceptions.AMQPError,
+    # A channel closed under a reply (its connection being restored): a RuntimeError in
+    # aiormq, not an AMQPError. The request stays unacked and is redelivered; rejecting it
+    # would answer `rejected` for a request the worker had handled (seen in the chaos run).
+    aio_pika.exceptions.ChannelInvalidStateError,
+    ConnectionError,
+    TimeoutError,
+)
 
 #: What a broker call raises when the connection or channel under it is gone: AMQP errors,
 #: socket errors, and `RuntimeError` from aio-pika/aiormq when a robust connection has no
