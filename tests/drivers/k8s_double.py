@@ -102,7 +102,7 @@ class ApiServerDouble:
     def __init__(self) -> None:
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.requests: list[tuple[str, str, Any]] = []
-        self.faults: list[int] = []
+        self.faults: list[tuple[int, str | None]] = []
         self.lock = threading.Lock()
         self._versions = itertools.count(1)
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
@@ -123,9 +123,9 @@ class ApiServerDouble:
         self._server.server_close()
         self._thread.join()
 
-    def fail_next(self, status: int, times: int = 1) -> None:
-        """Answer the next `times` requests with `status`."""
-        self.faults.extend([status] * times)
+    def fail_next(self, status: int, times: int = 1, *, plural: str | None = None) -> None:
+        """Answer the next `times` requests (on `plural` only, when given) with `status`."""
+        self.faults.extend([(status, plural)] * times)
 
     def of_kind(self, plural: str, namespace: str = "default") -> list[dict[str, Any]]:
         return [
@@ -142,10 +142,11 @@ class ApiServerDouble:
         self, method: str, path: str, query: dict[str, list[str]], body: Any
     ) -> tuple[int, Any]:
         self.requests.append((method, path, body))
-        if self.faults:
-            code = self.faults.pop(0)
-            return code, _status(code, "Injected", "injected fault")
         match = _PATH.match(path)
+        for i, (code, plural_only) in enumerate(self.faults):
+            if plural_only is None or (match is not None and match["plural"] == plural_only):
+                del self.faults[i]
+                return code, _status(code, "Injected", "injected fault")
         if match is None:
             return 404, _status(404, "NotFound", f"the server could not find {path}")
         plural, ns, name = match["plural"], match["ns"], match["name"]
