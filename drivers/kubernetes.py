@@ -117,8 +117,10 @@ class KedaSettings(pydantic.BaseModel):
 
 
 class HpaSettings(pydantic.BaseModel):
-    """HPA mode: a HorizontalPodAutoscaler per group scales its Deployment on the queue's
-    depth, read as an External metric from a metrics adapter (deploy/hpa/)."""
+    """HPA mode: a HorizontalPodAutoscaler per group scales its Deployment on the queue's depth.
+
+    The depth is an External metric served by a metrics adapter (deploy/hpa/).
+    """
 
     model_config = pydantic.ConfigDict(extra="forbid")
 
