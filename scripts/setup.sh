@@ -3,8 +3,8 @@
 # the package and its extras (.venv), Java for Spark, busybox-static for the docker driver's
 # test image, headless Chromium and its driver for the console's browser tests, Prometheus for
 # the HPA mode's metric test, the AMQP clients of other stacks the interop tests use
-# (scripts/ensure_interop_clients.sh), and a
-# RabbitMQ broker with its management API, left running (scripts/ensure_broker.sh).
+# (scripts/ensure_interop_clients.sh), and a RabbitMQ broker with its management API, left
+# running (scripts/ensure_broker.sh).
 # Idempotent, and quiet unless something fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
