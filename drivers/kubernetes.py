@@ -285,6 +285,9 @@ class KubernetesDriver:
                     exclude={
                         "auth", "host", "token", "verify_ssl", "kubeconfig", "kube_context",
                         "request_timeout", "namespace",
+                        # Off, HPA mode is no part of a group: versions (and running groups)
+                        # stay what they were before it existed.
+                        *(() if settings.hpa.enabled else ("hpa",)),
                     },
                 ),
             }

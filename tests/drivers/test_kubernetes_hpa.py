@@ -338,6 +338,24 @@ def test_hpa_kind_and_its_exclusions() -> None:
         assert field.description, name
 
 
+@pytest.mark.parametrize(
+    ("settings", "version"),
+    [
+        # Versions computed by osrdyne before HPA mode existed: adding it must not change
+        # them, or upgrading osrdyne would replace every running Deployment.
+        ({}, "hfhiqizo2x"),
+        ({"keda": {"enabled": True}}, "b3hwmjfqtr"),
+        ({"image": "w:2", "replicas": 3}, "l5qvbtr452"),
+    ],
+)
+def test_versions_of_other_modes_are_unchanged(settings: dict[str, Any], version: str) -> None:
+    context = base.PoolContext(pool="core", amqp_uri="amqp://guest:guest@127.0.0.1:5672/%2F")
+    model = kubernetes_driver.KubernetesSettings.model_validate(settings)
+    assert kubernetes_driver.KubernetesDriver(context, model).version == version
+    with_hpa = model.model_copy(update={"hpa": model.hpa.model_copy(update={"enabled": True})})
+    assert kubernetes_driver.KubernetesDriver(context, with_hpa).version != version
+
+
 def test_the_double_refuses_an_invalid_hpa() -> None:
     context = base.PoolContext(pool="core", amqp_uri="amqp://h/%2F")
     settings = kubernetes_driver.KubernetesSettings(hpa={"enabled": True})
