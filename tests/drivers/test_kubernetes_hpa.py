@@ -18,6 +18,8 @@ from typing import Any
 import pydantic
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from drivers import base, names, registry
 from drivers import kubernetes as kubernetes_driver
@@ -225,6 +227,30 @@ async def test_hostile_keys_give_valid_distinct_objects(
     for key in HOSTILE_KEYS:
         await driver.stop(key)
     assert k8s_api.of_kind("deployments") == k8s_api.of_kind("horizontalpodautoscalers") == []
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@given(
+    pool=st.one_of(st.sampled_from(["core", "x" * 60]), st.text(min_size=1, max_size=40)),
+    key=st.text(min_size=1, max_size=255),
+    vhost=st.text(max_size=40),
+)
+def test_any_key_gives_a_valid_hpa(pool: str, key: str, vhost: str) -> None:
+    # Every key a request queue can have (the controller refuses the others first), in any
+    # pool and vhost: the HPA passes the schema, its names and label values are valid.
+    context = base.PoolContext(pool=pool, amqp_uri="amqp://h/%2F")
+    if wire.key_problem(context.names, key) is not None:
+        return
+    settings = kubernetes_driver.KubernetesSettings(hpa={"enabled": True, "vhost": vhost})
+    hpa = kubernetes_driver.KubernetesDriver(context, settings).horizontal_pod_autoscaler(
+        key, owner_uid="u"
+    )
+    k8s_double.validate(hpa)
+    assert names.is_dns_label(hpa["metadata"]["name"])
+    assert hpa["spec"]["scaleTargetRef"]["name"] == hpa["metadata"]["name"]
+    assert all(names.is_label_value(v) for v in hpa["metadata"]["labels"].values())
+    (value,) = hpa["spec"]["metrics"][0]["external"]["metric"]["selector"]["matchLabels"].values()
+    assert names.is_label_value(value)
 
 
 @pytest.mark.parametrize(
