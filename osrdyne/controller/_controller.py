@@ -292,11 +292,9 @@ class Controller:
             if session is None:
                 continue
             tracker = session.tracker
-            groups = tracker.state.value.groups
+            counts = collections.Counter(tracker.state.value.groups.values())
             for state in GroupStatus:
-                self.metrics.groups.labels(state.value).set(
-                    sum(1 for v in groups.values() if v is state)
-                )
+                self.metrics.groups.labels(state.value).set(counts[state])
             generation = tracker.generation
             self.metrics.generation_lag.labels("queues").set(
                 generation - session.queue_loop.reached.value.generation
@@ -547,16 +545,11 @@ def _node_reports(session: Session, listing: _topology.RequestQueues | None) -> 
         )
         for n in (figures.nodes if figures is not None else ())
     }
-    for queue in listing.figures.values() if listing is not None else ():
-        leader = queue.get("leader") or queue.get("node")
-        if isinstance(leader, str):
-            reports.setdefault(leader, NodeReport(name=leader, running=False)).queue_leaders += 1
-        members, online = queue.get("members"), queue.get("online")
-        if isinstance(members, list) and isinstance(online, list):
-            for member in members:
-                if isinstance(member, str) and member not in online:
-                    report = reports.setdefault(member, NodeReport(name=member, running=False))
-                    report.members_missing += 1
+    leaders, missing = listing.placement() if listing is not None else ({}, {})
+    for node, count in leaders.items():
+        reports.setdefault(node, NodeReport(name=node, running=False)).queue_leaders = count
+    for node, count in missing.items():
+        reports.setdefault(node, NodeReport(name=node, running=False)).members_missing = count
     return sorted(reports.values(), key=lambda r: r.name)
 
 
