@@ -1,12 +1,14 @@
 """The worker: consume a group's queue, run handlers, reply, ack, report activity.
 
 Life of a worker: publish `started`, run the startup hooks (load what the key names), wait for
-the request queue, consume it, publish `ready`. Each request is checked (its protocol headers
-must be what the protocol allows, else it is answered `invalid_request`), handled under a time
-limit (`watchdog`), replied to (`replies`) and only then acked. On SIGTERM it stops
-consuming, gives in-flight requests `drain_timeout` to finish, and closes; whatever was
-abandoned is requeued by the broker and said in the log. A worker whose handler thread wedges
-ends itself (`Worker.abort`), so its driver restarts it.
+the request queue, consume it, publish `ready`. A standby worker (`WORKER_STANDBY_QUEUE`)
+first waits, connected, for the assignment naming its key, then lives the same life.
+
+Each request is checked (its protocol headers must be what the protocol allows, else it is
+answered `invalid_request`), handled under a time limit (`watchdog`), replied to (`replies`)
+and only then acked. On SIGTERM it stops consuming, gives in-flight requests `drain_timeout`
+to finish, and closes; whatever was abandoned is requeued by the broker and said in the log.
+A worker whose handler thread wedges ends itself (`Worker.abort`), so its driver restarts it.
 """
 
 from __future__ import annotations
@@ -161,6 +163,8 @@ class Worker:
                 s, confirmed=publisher, fast=await connection.channel(publisher_confirms=False)
             )
             await channel.set_qos(prefetch_count=s.concurrency)
+            if s.standby_queue is not None and not await self._await_key(connection, stop):
+                return  # stopped while on standby
             reporter = activity.ActivityReporter(
                 publisher,
                 exchange=s.activity_exchange,
@@ -204,6 +208,54 @@ class Worker:
                 logger.warning("could not close the connection cleanly (broker unreachable?)")
             self._threads.shutdown(wait=False, cancel_futures=True)
             await asyncio.to_thread(self.metrics.close)
+
+    async def _await_key(
+        self, connection: aio_pika.abc.AbstractRobustConnection, stop: asyncio.Event
+    ) -> bool:
+        """Wait on the standby queue for the assignment naming this worker's key and request
+        queue (docs/protocol.md); False when `stop` comes first. The queue is this worker's
+        own (exclusive: it goes with the connection) and is deleted once the key is known,
+        so a second assignment can never reach a worker that has one. An assignment that is
+        not what the protocol says is refused and the wait goes on."""
+        s = self.settings
+        assert s.standby_queue is not None
+        assigned: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+
+        async def on_assignment(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+            found = wire.read_assignment(message.body, pool=s.pool)
+            if isinstance(found, str) or assigned.done():
+                logger.warning("worker %s refuses an assignment: %s", s.id, found)
+                await message.reject(requeue=False)
+                return
+            await message.ack()
+            assigned.set_result(found)
+
+        channel = await connection.channel()
+        stopped: asyncio.Future[object] = asyncio.ensure_future(stop.wait())
+        try:
+            await channel.set_qos(prefetch_count=1)
+            queue = await channel.declare_queue(
+                s.standby_queue,
+                exclusive=True,
+                auto_delete=True,
+                arguments={"x-queue-type": "classic"},
+            )
+            tag = await queue.consume(on_assignment)
+            logger.info("worker %s of pool %r on standby", s.id, s.pool)
+            await asyncio.wait([assigned, stopped], return_when=asyncio.FIRST_COMPLETED)
+            if not assigned.done():
+                return False
+            await queue.cancel(tag)
+            await queue.delete(if_unused=False, if_empty=False)
+        finally:
+            stopped.cancel()
+            with contextlib.suppress(*_BROKER_GONE):
+                await channel.close()
+        found = assigned.result()
+        assert isinstance(found, wire.Assignment)
+        s.key, s.requests_queue = found
+        logger.info("standby worker %s takes key %r", s.id, s.key)
+        return True
 
     async def _consume(
         self,
