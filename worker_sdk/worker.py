@@ -214,8 +214,8 @@ class Worker:
     ) -> bool:
         """Wait on the standby queue for the assignment naming this worker's key and request
         queue (docs/protocol.md); False when `stop` comes first. The queue is this worker's
-        own (exclusive: it goes with the connection) and is deleted once the key is known,
-        so a second assignment can never reach a worker that has one. An assignment that is
+        own (exclusive, auto-delete) and goes once the key is known (its channel closed), so
+        a second assignment can never reach a worker that has one. An assignment that is
         not what the protocol says is refused and the wait goes on."""
         s = self.settings
         assert s.standby_queue is not None
@@ -240,14 +240,13 @@ class Worker:
                 auto_delete=True,
                 arguments={"x-queue-type": "classic"},
             )
-            tag = await queue.consume(on_assignment)
+            await queue.consume(on_assignment)
             logger.info("worker %s of pool %r on standby", s.id, s.pool)
             await asyncio.wait([assigned, stopped], return_when=asyncio.FIRST_COMPLETED)
             if not assigned.done():
                 return False
-            await queue.cancel(tag)
-            await queue.delete(if_unused=False, if_empty=False)
         finally:
+            # Closing the channel cancels the consumer, and the auto-delete queue goes.
             stopped.cancel()
             with contextlib.suppress(*_BROKER_GONE):
                 await channel.close()
