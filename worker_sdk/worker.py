@@ -70,6 +70,7 @@ class Worker:
         #: Whatever startup hooks load for the key (a dataset, a model...): free for users.
         self.state: dict[str, Any] = {}
         self._handlers: dict[str | None, Handler] = {}
+        self._standby: list[Hook] = []
         self._startup: list[Hook] = []
         self._shutdown: list[Hook] = []
         self._threads = concurrent.futures.ThreadPoolExecutor(
@@ -99,6 +100,14 @@ class Worker:
             return fn
 
         return register
+
+    def on_standby(self, fn: F) -> F:
+        """Run `fn(worker)` on a standby worker before it is offered keys (it waits for its
+        assignment only once these are done): prepare what does not depend on the key (start
+        an engine, open a session), so that a new key pays only for what it names. A worker
+        started for its key does not run them (sync hooks run in a thread)."""
+        self._standby.append(fn)
+        return fn
 
     def on_startup(self, fn: F) -> F:
         """Run `fn(worker)` before consuming (sync hooks run in a thread)."""
@@ -163,8 +172,11 @@ class Worker:
                 s, confirmed=publisher, fast=await connection.channel(publisher_confirms=False)
             )
             await channel.set_qos(prefetch_count=s.concurrency)
-            if s.standby_queue is not None and not await self._await_key(connection, stop):
-                return  # stopped while on standby
+            if s.standby_queue is not None:
+                for hook in self._standby:
+                    await self._call(hook, self)
+                if not await self._await_key(connection, stop):
+                    return  # stopped while on standby
             reporter = activity.ActivityReporter(
                 publisher,
                 exchange=s.activity_exchange,
