@@ -206,3 +206,16 @@ def test_an_assignment_is_read_back_only_when_it_is_the_protocol_s() -> None:
         b'{"pool": "p", "key": "k", "requests_queue": "p-req-k"}' + b" " * 5000,
     ):
         assert isinstance(wire.read_assignment(body, pool="p"), str), body
+
+
+async def test_a_keyed_standby_worker_that_dies_comes_back_as_a_worker_of_its_key(
+    make_controller: MakeController, client: Client, pool: str
+) -> None:
+    running = await make_controller(pool, **_standby(standby=1))
+    (pid,) = (await _waiting(running, 1)).values()
+    answer = await client.call(pool, "kept", path="whoami", timeout=60)
+    assert answer.ok and answer.json()["pid"] == pid
+    os.kill(pid, signal.SIGKILL)
+    again = await client.call(pool, "kept", path="whoami", timeout=60)
+    assert again.ok and again.json()["key"] == "kept" and again.json()["pid"] != pid
+    assert [w.pid for w in _driver(running).describe()["kept"]] == [again.json()["pid"]]
