@@ -8,7 +8,9 @@ queue with it), an in-process controller with the in-memory driver (queues only:
 processes) takes a burst of N new keys, one request each, published as fast as the broker
 confirms. Measured:
 
-- burst: seconds from the first publish until every orphan is forwarded, and keys/s;
+- burst: seconds from the first publish until every orphan is forwarded, and keys/s, beside
+  the floor measured just before on the same node: plain aio-pika declaring and binding N
+  queues of the type on 8 channels (`burst_vs_floor`, 1.0 = the broker's own pace);
 - orphan handling p50/p99 (arrival -> confirmed republish into the new queue: every sample,
   taken by wrapping the controller's own histogram's `observe`);
 - controller CPU per anti-entropy pass (idle pool of N groups: CPU seconds of this process over
@@ -179,7 +181,39 @@ def quantile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+async def broker_pace(node: Node, queue_type: str, n: int, channels: int = 8) -> float:
+    """The floor: keys/s at which plain aio-pika declares and binds `n` queues of the type on
+    `channels` channels at once, in a vhost of its own (what a hand-written dispatcher pays
+    per new key, with nothing else to do)."""
+    vhost = f"bench-floor-{queue_type}-{n}"
+    await node.make_vhost(vhost)
+    amqp, _ = node.urls(vhost)
+    try:
+        connection = await aio_pika.connect(amqp)
+        async with connection:
+            opened = [await connection.channel() for _ in range(channels)]
+            exchange = await opened[0].declare_exchange("floor", aio_pika.ExchangeType.DIRECT)
+            pending: asyncio.Queue[str] = asyncio.Queue()
+            for i in range(n):
+                pending.put_nowait(f"floor-k{i:05d}")
+
+            async def declare_and_bind(channel: aio_pika.abc.AbstractChannel) -> None:
+                while not pending.empty():
+                    name = pending.get_nowait()
+                    queue = await channel.declare_queue(
+                        name, durable=True, arguments={"x-queue-type": queue_type}
+                    )
+                    await queue.bind(exchange, routing_key=name)
+
+            began = time.perf_counter()
+            await asyncio.gather(*(declare_and_bind(c) for c in opened))
+            return n / (time.perf_counter() - began)
+    finally:
+        await node.drop_vhost(vhost)
+
+
 async def one_size(node: Node, queue_type: str, n: int) -> dict[str, Any]:
+    floor = await broker_pace(node, queue_type, n)
     vhost = f"bench-{queue_type}-{n}"
     await node.make_vhost(vhost)
     amqp, management = node.urls(vhost)
@@ -200,13 +234,14 @@ async def one_size(node: Node, queue_type: str, n: int) -> dict[str, Any]:
         await asyncio.wait_for(controller.wait_leader(), 120)
         keys = [f"k{i:05d}" for i in range(n)]
         forwarded = controller.metrics.orphans.labels("forwarded")
-        began = time.perf_counter()
+        began, burst_cpu0 = time.perf_counter(), time.process_time()
         await publish(amqp, pool, keys)
         while forwarded._value.get() < n:
             if time.perf_counter() - began > 900:
                 raise TimeoutError(f"{forwarded._value.get()} of {n} forwarded after 900 s")
             await asyncio.sleep(0.05)
         burst = time.perf_counter() - began
+        burst_cpu = time.process_time() - burst_cpu0
         refused = controller.metrics.orphans.labels("overloaded")._value.get()
         # Idle: anti-entropy passes only (loop_interval 5 s). CPU of this process per pass.
         passes = controller.metrics.loop_seconds.labels("queues")
@@ -236,6 +271,11 @@ async def one_size(node: Node, queue_type: str, n: int) -> dict[str, Any]:
         "n": n,
         "burst_s": burst,
         "keys_per_s": n / burst,
+        "floor_keys_per_s": floor,
+        "burst_vs_floor": n / burst / floor,
+        # CPU of this process (controller and the bench's publisher) per key of the burst:
+        # what the burst costs whatever else the machine runs (keys/s falls with its share).
+        "burst_cpu_ms_per_key": 1000 * burst_cpu / n,
         "refused": refused,
         "orphan_p50_ms": 1000 * statistics.median(samples),
         "orphan_p99_ms": 1000 * quantile(samples, 0.99),
@@ -467,7 +507,9 @@ async def sizes(args: argparse.Namespace, results: dict[str, Any]) -> None:
                 print(json.dumps({k: round(v, 3) if isinstance(v, float) else v
                                   for k, v in row.items()}), flush=True)  # fmt: skip
             results["sizes"].extend(rows)
-            for field in ("burst_s", "orphan_p99_ms", "cpu_per_pass_ms", "list_wall_ms", "rss_mb",
+            for field in ("burst_s", "keys_per_s", "burst_vs_floor", "burst_cpu_ms_per_key",
+                          "orphan_p99_ms",
+                          "cpu_per_pass_ms", "list_wall_ms", "rss_mb",
                           "broker_kb_per_queue", "fd_per_queue", "status_page_ms",
                           "status_whole_ms", "idle_cpu_pct", "event_lag_s"):  # fmt: skip
                 print(f"  {queue_type} {field}: {growth(rows, field)}")

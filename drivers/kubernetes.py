@@ -10,6 +10,13 @@ KEDA mode (`keda.enabled`): each group also gets a ScaledObject (keda.sh/v1alpha
 `rabbitmq` trigger on the group's request queue, so KEDA scales *inside* a group while osrdyne
 creates and removes groups. osrdyne then leaves `spec.replicas` to KEDA.
 
+HPA mode (`hpa.enabled`): each group also gets a HorizontalPodAutoscaler (autoscaling/v2),
+owned by its Deployment, scaling it on an External metric: the depth of the group's request
+queue as a metrics adapter serves it (deploy/hpa/: prometheus-adapter over RabbitMQ's
+per-queue metrics). A queue name is no label value (up to 255 bytes of `+:@,/#`...), so the
+metric selector names the queue by `queue_hash`, a label Prometheus computes at scrape time
+with its `hashmod` relabelling and the driver computes the same way (`queue_hash`).
+
 Upgrades: a group whose version label differs from the current configuration is replaced
 (PUT of the new Deployment, which rolls its pods), on `start` and whenever `list` sees it.
 
@@ -21,7 +28,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import hashlib
 import logging
+import re
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -47,6 +57,14 @@ ANNOTATION_POOL = "osrdyne.io/pool"
 MANAGER = "osrdyne"
 CONTAINER = "worker"
 KEDA_GROUP, KEDA_VERSION, KEDA_PLURAL = "keda.sh", "v1alpha1", "scaledobjects"
+#: The label of the adapter's metric naming a queue (see `queue_hash` and deploy/hpa/).
+QUEUE_HASH_LABEL = "queue_hash"
+#: Modulus of the Prometheus `hashmod` relabelling giving `queue_hash` (2**64 - 1: the
+#: largest a Prometheus configuration takes, so the whole 64-bit hash is kept).
+QUEUE_HASH_MODULUS = 2**64 - 1
+#: The hard limit of an HPA's replicas here (a group is one key's workers, not a fleet).
+MAX_HPA_REPLICAS = 1000
+_METRIC_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]{0,199}$")
 _IN_CLUSTER_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 Manifest = dict[str, Any]
@@ -98,6 +116,70 @@ class KedaSettings(pydantic.BaseModel):
     vhost: str | None = Field(default=None, description="vhostName; None: the URI's vhost.")
 
 
+class HpaSettings(pydantic.BaseModel):
+    """HPA mode: a HorizontalPodAutoscaler per group scales its Deployment on the queue's depth.
+
+    The depth is an External metric served by a metrics adapter (deploy/hpa/).
+    """
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    enabled: bool = Field(default=False, description="Create a HorizontalPodAutoscaler per group.")
+    min_replicas: int = Field(
+        default=1,
+        ge=0,
+        le=MAX_HPA_REPLICAS,
+        description="minReplicas; 0 only with scale_to_zero (osrdyne removes idle groups "
+        "itself, so 1 is the usual floor).",
+    )
+    max_replicas: int = Field(
+        default=4, ge=1, le=MAX_HPA_REPLICAS, description="maxReplicas of a group."
+    )
+    scale_to_zero: bool = Field(
+        default=False,
+        description="The cluster runs with the HPAScaleToZero feature gate: min_replicas may be 0.",
+    )
+    target_value: float = Field(
+        default=10,
+        ge=0.001,
+        le=1_000_000,
+        description="Target averageValue: messages ready per replica (kept to thousandths).",
+    )
+    metric_name: str = Field(
+        default="rabbitmq_queue_messages_ready",
+        description="Name of the External metric the adapter serves (deploy/hpa/ names it so).",
+    )
+    vhost: str | None = Field(
+        default=None,
+        max_length=255,
+        description="Virtual host of the request queues, hashed with their names into "
+        "queue_hash; None: the worker AMQP URI's ('/' when it names none).",
+    )
+    scale_down_stabilization: int = Field(
+        default=300,
+        ge=0,
+        le=3600,
+        description="behavior.scaleDown.stabilizationWindowSeconds, seconds.",
+    )
+
+    @pydantic.field_validator("metric_name")
+    @classmethod
+    def _metric_name(cls, name: str) -> str:
+        if not _METRIC_NAME.match(name):
+            raise ValueError(
+                "metric_name must match [a-zA-Z_][a-zA-Z0-9_]*, 200 characters at most"
+            )
+        return name
+
+    @pydantic.model_validator(mode="after")
+    def _bounds(self) -> HpaSettings:
+        if self.min_replicas == 0 and not self.scale_to_zero:
+            raise ValueError("min_replicas = 0 needs scale_to_zero (the HPAScaleToZero gate)")
+        if self.max_replicas < max(self.min_replicas, 1):
+            raise ValueError("max_replicas must be at least min_replicas (and 1)")
+        return self
+
+
 class KubernetesSettings(pydantic.BaseModel):
     """Settings of the kubernetes driver (`[driver.kubernetes]` in the configuration)."""
 
@@ -136,7 +218,7 @@ class KubernetesSettings(pydantic.BaseModel):
     )
     args: list[str] | None = Field(default=None, description="Container args; None: image's.")
     replicas: int = Field(
-        default=1, ge=0, description="Pods per group (KEDA mode: only the initial count)."
+        default=1, ge=0, description="Pods per group (KEDA and HPA modes: only the initial count)."
     )
     environment: dict[str, str] = Field(
         default_factory=dict,
@@ -171,11 +253,14 @@ class KubernetesSettings(pydantic.BaseModel):
         "above.",
     )
     keda: KedaSettings = Field(default_factory=KedaSettings, description="KEDA mode.")
+    hpa: HpaSettings = Field(default_factory=HpaSettings, description="HPA mode.")
 
     @pydantic.model_validator(mode="after")
     def _keda_needs_a_host(self) -> KubernetesSettings:
         if self.keda.enabled and not (self.keda.host_from_env or self.keda.trigger_authentication):
             raise ValueError("keda needs host_from_env or trigger_authentication")
+        if self.keda.enabled and self.hpa.enabled:
+            raise ValueError("keda and hpa both scale the Deployment: enable one of them")
         return self
 
 
@@ -200,12 +285,18 @@ class KubernetesDriver:
                     exclude={
                         "auth", "host", "token", "verify_ssl", "kubeconfig", "kube_context",
                         "request_timeout", "namespace",
+                        # Off, HPA mode is no part of a group: versions (and running groups)
+                        # stay what they were before it existed.
+                        *(() if settings.hpa.enabled else ("hpa",)),
                     },
                 ),
             }
         )  # fmt: skip
         self.selector = (
             f"{LABEL_MANAGED_BY}={MANAGER},{LABEL_POOL}={names.label_value(context.pool)}"
+        )
+        self.vhost = (
+            settings.hpa.vhost if settings.hpa.vhost is not None else _vhost_of(context.amqp_uri)
         )
 
     # -- manifests (pure) -----------------------------------------------------------------
@@ -289,7 +380,12 @@ class KubernetesDriver:
     def deployment(self, key: str) -> Manifest:
         """The Deployment of the group of `key`."""
         s = self._settings
-        replicas = max(s.keda.min_replicas, 1) if s.keda.enabled else s.replicas
+        if s.keda.enabled:
+            replicas = max(s.keda.min_replicas, 1)  # a group starts because a request waits
+        elif s.hpa.enabled:
+            replicas = max(s.hpa.min_replicas, 1)
+        else:
+            replicas = s.replicas
         return {
             "apiVersion": "apps/v1",
             "kind": "Deployment",
@@ -339,6 +435,50 @@ class KubernetesDriver:
             },
         }
 
+    def queue_hash(self, key: str) -> str:
+        """The `queue_hash` label of the metric of the request queue of `key` (deploy/hpa/)."""
+        return queue_hash(self.vhost, self._context.names.request_queue(key))
+
+    def horizontal_pod_autoscaler(self, key: str, *, owner_uid: str) -> Manifest:
+        """The HorizontalPodAutoscaler of the group of `key`, owned by its Deployment (whose
+        uid is `owner_uid`), so deleting the Deployment deletes it too."""
+        hpa = self._settings.hpa
+        metadata = self._metadata(key)
+        metadata["ownerReferences"] = [
+            {"apiVersion": "apps/v1", "kind": "Deployment", "name": self.name(key),
+             "uid": owner_uid}
+        ]  # fmt: skip
+        selector = {"matchLabels": {QUEUE_HASH_LABEL: self.queue_hash(key)}}
+        return {
+            "apiVersion": "autoscaling/v2",
+            "kind": "HorizontalPodAutoscaler",
+            "metadata": metadata,
+            "spec": {
+                "scaleTargetRef": {
+                    "apiVersion": "apps/v1",
+                    "kind": "Deployment",
+                    "name": self.name(key),
+                },
+                "minReplicas": hpa.min_replicas,
+                "maxReplicas": hpa.max_replicas,
+                "metrics": [
+                    {
+                        "type": "External",
+                        "external": {
+                            "metric": {"name": hpa.metric_name, "selector": selector},
+                            "target": {
+                                "type": "AverageValue",
+                                "averageValue": _quantity(hpa.target_value),
+                            },
+                        },
+                    }
+                ],
+                "behavior": {
+                    "scaleDown": {"stabilizationWindowSeconds": hpa.scale_down_stabilization}
+                },
+            },
+        }
+
     # -- the Driver protocol --------------------------------------------------------------
 
     async def start(self, key: str) -> None:
@@ -354,8 +494,8 @@ class KubernetesDriver:
     async def list(self) -> set[str]:
         with _map_errors("listing worker groups"):
             versions, orphans = await asyncio.to_thread(self._list)
-        # A ScaledObject without its Deployment is a half-removed group: listed, and outdated,
-        # so the group loop finishes removing it (stop) or restores it (start).
+        # A ScaledObject or HPA without its Deployment is a half-removed group: listed, and
+        # outdated, so the group loop finishes removing it (stop) or restores it (start).
         self._outdated = {k for k, v in versions.items() if v != self.version} | orphans
         return set(versions) | orphans
 
@@ -411,8 +551,14 @@ class KubernetesDriver:
 
         return client.CustomObjectsApi(self._client())
 
+    def _autoscaling(self) -> Any:
+        from kubernetes import client
+
+        return client.AutoscalingV2Api(self._client())
+
     def _list(self) -> tuple[dict[str, str], set[str]]:
-        """Version of every group of this pool, and keys of ScaledObjects without a group."""
+        """Version of every group of this pool, and keys of ScaledObjects or HPAs without a
+        group."""
         timeout = self._settings.request_timeout
         deployments = self._apps().list_namespaced_deployment(
             self.namespace, label_selector=self.selector, _request_timeout=timeout
@@ -423,21 +569,33 @@ class KubernetesDriver:
             if key is not None:
                 versions[key] = (d.metadata.labels or {}).get(LABEL_VERSION, "")
         orphans: set[str] = set()
+        scaler_keys = self._scaler_keys()
+        if scaler_keys is not None:
+            orphans = scaler_keys - set(versions)
+            for key in set(versions) - scaler_keys:
+                versions[key] = ""  # a group without its ScaledObject or HPA: converge it
+        return versions, orphans
+
+    def _scaler_keys(self) -> set[str] | None:
+        """Keys of this pool's ScaledObjects (KEDA mode) or HPAs (HPA mode); None in neither."""
+        timeout = self._settings.request_timeout
+        found: list[tuple[dict[str, str] | None, dict[str, str] | None]]
         if self._settings.keda.enabled:
             scaled = self._custom().list_namespaced_custom_object(
                 KEDA_GROUP, KEDA_VERSION, self.namespace, KEDA_PLURAL,
                 label_selector=self.selector, _request_timeout=timeout,
             )  # fmt: skip
-            scaled_keys = set()
-            for item in scaled.get("items", []):
-                meta = item.get("metadata", {})
-                key = self._key_of(meta.get("annotations"), meta.get("labels"))
-                if key is not None:
-                    scaled_keys.add(key)
-            orphans = scaled_keys - set(versions)
-            for key in set(versions) - scaled_keys:
-                versions[key] = ""  # a group without its ScaledObject: converge it
-        return versions, orphans
+            metas = [item.get("metadata", {}) for item in scaled.get("items", [])]
+            found = [(m.get("annotations"), m.get("labels")) for m in metas]
+        elif self._settings.hpa.enabled:
+            hpas = self._autoscaling().list_namespaced_horizontal_pod_autoscaler(
+                self.namespace, label_selector=self.selector, _request_timeout=timeout
+            )
+            found = [(h.metadata.annotations, h.metadata.labels) for h in hpas.items]
+        else:
+            return None
+        keys = (self._key_of(annotations, labels) for annotations, labels in found)
+        return {key for key in keys if key is not None}
 
     def _key_of(
         self, annotations: dict[str, str] | None, labels: dict[str, str] | None
@@ -452,11 +610,14 @@ class KubernetesDriver:
         return key
 
     def _converge(self, key: str) -> None:
-        self._converge_deployment(key)
+        owner_uid = self._converge_deployment(key)
         if self._settings.keda.enabled:
             self._converge_scaled_object(key)
+        if self._settings.hpa.enabled:
+            self._converge_hpa(key, owner_uid)
 
-    def _converge_deployment(self, key: str) -> None:
+    def _converge_deployment(self, key: str) -> str:
+        """Create or upgrade the Deployment of `key`; its uid (the HPA's owner)."""
         from kubernetes.client.exceptions import ApiException
 
         apps, timeout = self._apps(), self._settings.request_timeout
@@ -468,21 +629,28 @@ class KubernetesDriver:
         except ApiException as exc:
             if exc.status != 404:
                 raise
+            created = None
             with _exists_is_fine():
-                apps.create_namespaced_deployment(
+                created = apps.create_namespaced_deployment(
                     self.namespace, desired, field_manager=MANAGER, _request_timeout=timeout
                 )
-            return
+            if created is None:  # 409: another controller was faster; its uid, then
+                created = apps.read_namespaced_deployment(
+                    self.name(key), self.namespace, _request_timeout=timeout
+                )
+            return str(created.metadata.uid)
         if (current.metadata.labels or {}).get(LABEL_VERSION) == self.version:
-            return
+            return str(current.metadata.uid)
         desired["metadata"]["resourceVersion"] = current.metadata.resource_version
-        if self._settings.keda.enabled and current.spec.replicas is not None:
-            desired["spec"]["replicas"] = current.spec.replicas  # KEDA's to decide
+        scaler_owns_replicas = self._settings.keda.enabled or self._settings.hpa.enabled
+        if scaler_owns_replicas and current.spec.replicas is not None:
+            desired["spec"]["replicas"] = current.spec.replicas  # KEDA's or the HPA's to decide
         with _exists_is_fine():  # 409: changed meanwhile; the next pass sees the new one
             apps.replace_namespaced_deployment(
                 self.name(key), self.namespace, desired, field_manager=MANAGER,
                 _request_timeout=timeout,
             )  # fmt: skip
+        return str(current.metadata.uid)  # a replacement keeps the object, and its uid
 
     def _converge_scaled_object(self, key: str) -> None:
         from kubernetes.client.exceptions import ApiException
@@ -511,9 +679,46 @@ class KubernetesDriver:
                 *where, self.name(key), desired, field_manager=MANAGER, _request_timeout=timeout
             )
 
+    def _converge_hpa(self, key: str, owner_uid: str) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        autoscaling, timeout = self._autoscaling(), self._settings.request_timeout
+        desired = self.horizontal_pod_autoscaler(key, owner_uid=owner_uid)
+        try:
+            current = autoscaling.read_namespaced_horizontal_pod_autoscaler(
+                self.name(key), self.namespace, _request_timeout=timeout
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            with _exists_is_fine():
+                autoscaling.create_namespaced_horizontal_pod_autoscaler(
+                    self.namespace, desired, field_manager=MANAGER, _request_timeout=timeout
+                )
+            return
+        owners = {o.uid for o in current.metadata.owner_references or []}
+        version = (current.metadata.labels or {}).get(LABEL_VERSION)
+        if version == self.version and owner_uid in owners:
+            return
+        # Another version, or owned by a Deployment since deleted and made anew.
+        desired["metadata"]["resourceVersion"] = current.metadata.resource_version
+        with _exists_is_fine():
+            autoscaling.replace_namespaced_horizontal_pod_autoscaler(
+                self.name(key), self.namespace, desired, field_manager=MANAGER,
+                _request_timeout=timeout,
+            )  # fmt: skip
+
     def _remove(self, key: str) -> None:
         if self._settings.keda.enabled:
             self._delete_scaled_object(key)
+        if self._settings.hpa.enabled:
+            # The owner reference would have the garbage collector do it after the
+            # Deployment goes; deleting it first stops it scaling a Deployment being removed.
+            with _absent_is_fine():
+                self._autoscaling().delete_namespaced_horizontal_pod_autoscaler(
+                    self.name(key), self.namespace,
+                    _request_timeout=self._settings.request_timeout,
+                )  # fmt: skip
         with _absent_is_fine():
             self._apps().delete_namespaced_deployment(
                 self.name(key), self.namespace, propagation_policy="Background",
@@ -533,6 +738,30 @@ def _default_namespace() -> str:
         return _IN_CLUSTER_NAMESPACE.read_text().strip() or "default"
     except OSError:
         return "default"
+
+
+def queue_hash(vhost: str, queue: str) -> str:
+    """The `queue_hash` label Prometheus gives the metrics of `queue` in `vhost` (deploy/hpa/).
+
+    Its `hashmod` relabelling with `source_labels: [vhost, queue]`, the default separator `;`
+    and `modulus: QUEUE_HASH_MODULUS`: the last 8 bytes of the MD5 of `vhost;queue`, read
+    big-endian, modulo the modulus, in decimal. A label value whatever the queue's name
+    (digits only), 64 bits of hash: MD5 is Prometheus' choice, a name hash, not a safeguard.
+    """
+    digest = hashlib.md5(f"{vhost};{queue}".encode(), usedforsecurity=False).digest()
+    return str(int.from_bytes(digest[8:], "big") % QUEUE_HASH_MODULUS)
+
+
+def _vhost_of(amqp_uri: str) -> str:
+    """The virtual host of the first of the (comma-separated) AMQP URIs: '/' when none."""
+    path = urllib.parse.urlsplit(amqp_uri.split(",", 1)[0].strip()).path
+    return urllib.parse.unquote(path[1:]) if len(path) > 1 else "/"
+
+
+def _quantity(value: float) -> str:
+    """A Kubernetes quantity for `value`, kept to thousandths: 10 -> '10', 1.5 -> '1500m'."""
+    milli = round(value * 1000)
+    return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
 
 
 def _number(value: float) -> str:

@@ -35,15 +35,28 @@ class DriverKind:
     factory: Callable[[base.PoolContext, Any], base.Driver]
     #: The model of its `[driver.<section>]` options.
     settings: type[pydantic.BaseModel] = NoSettings
-    #: The section it reads; kinds may share one (keda reads `[driver.kubernetes]`).
+    #: The section it reads; kinds may share one (keda and hpa read `[driver.kubernetes]`).
     section: str | None = None
     #: The section may be left out: its defaults make a working driver.
     defaults_work: bool = False
 
 
 def _keda(context: base.PoolContext, settings: KubernetesSettings) -> KubernetesDriver:
+    if settings.hpa.enabled:
+        raise base.DriverConfigurationError(
+            "driver 'keda' with [driver.kubernetes.hpa] enabled: both would scale the groups"
+        )
     keda = settings.keda.model_copy(update={"enabled": True})
     return KubernetesDriver(context, settings.model_copy(update={"keda": keda}))
+
+
+def _hpa(context: base.PoolContext, settings: KubernetesSettings) -> KubernetesDriver:
+    if settings.keda.enabled:
+        raise base.DriverConfigurationError(
+            "driver 'hpa' with [driver.kubernetes.keda] enabled: both would scale the groups"
+        )
+    hpa = settings.hpa.model_copy(update={"enabled": True})
+    return KubernetesDriver(context, settings.model_copy(update={"hpa": hpa}))
 
 
 KINDS: dict[str, DriverKind] = {
@@ -54,6 +67,7 @@ KINDS: dict[str, DriverKind] = {
     "docker": DriverKind(DockerDriver, DockerSettings, section="docker"),
     "kubernetes": DriverKind(KubernetesDriver, KubernetesSettings, section="kubernetes"),
     "keda": DriverKind(_keda, KubernetesSettings, section="kubernetes"),
+    "hpa": DriverKind(_hpa, KubernetesSettings, section="kubernetes"),
 }
 
 #: Every `[driver.<section>]` and the model of its options.

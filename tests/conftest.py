@@ -24,6 +24,9 @@ from osrdyne.controller import Controller
 from osrdyne.controller._settings import Settings
 from tests import broker
 
+#: The Docker engine's fixtures (docker_host, docker_client, worker_image, host_python, repo).
+pytest_plugins = ["tests.docker_engine"]
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--soak", action="store_true", help="run the long soak tests too")

@@ -296,11 +296,9 @@ class Controller:
             if session is None:
                 continue
             tracker = session.tracker
-            groups = tracker.state.value.groups
+            counts = collections.Counter(tracker.state.value.groups.values())
             for state in GroupStatus:
-                self.metrics.groups.labels(state.value).set(
-                    sum(1 for v in groups.values() if v is state)
-                )
+                self.metrics.groups.labels(state.value).set(counts[state])
             generation = tracker.generation
             self.metrics.generation_lag.labels("queues").set(
                 generation - session.queue_loop.reached.value.generation
@@ -380,8 +378,9 @@ class Controller:
     async def report(self, query: GroupQuery | None = None) -> StatusDocument:
         """The status document, from memory: this controller's view and the queue figures of
         the request-queue loop's last listing (their time in `queues_read_at`). Only a
-        standby asks the broker something: who leads. `query` picks a page of the groups."""
-        doc = self.status()
+        standby asks the broker something: who leads. `query` picks a page of the groups:
+        keys are filtered and sorted first, and only the page's groups are reported."""
+        doc = self._summary()
         if doc.role is Role.STANDBY:
             try:
                 doc.leader = await self.find_leader()
@@ -397,11 +396,25 @@ class Controller:
             )
         else:
             doc.queues_read_at = listing.read_at
-            now = time.time()
-            for key, group in doc.groups.items():
-                queue = listing.figures.get(key)
-                if queue is None:
-                    continue
+        if session is None:
+            return doc
+        doc.broker_nodes = _node_reports(session, listing)
+        states = self._group_states(session)
+        counts = collections.Counter(state.value for state in states.values())
+        doc.group_counts = dict(sorted(counts.items()))
+        figures = listing.figures if listing is not None else {}
+        last_seen = session.activity.last_seen
+        page, doc.groups_matching = (query or GroupQuery()).select(
+            states,
+            messages=lambda key: int((figures.get(key) or {}).get("messages") or 0),
+            activity=lambda key: last_seen.get(key) or 0.0,
+        )
+        workers = self._describe_workers()
+        now = time.time()
+        for key in page:
+            group = self._group_report(session, key, states[key], workers)
+            queue = figures.get(key)
+            if queue is not None:
                 group.messages = int(queue.get("messages") or 0)
                 group.messages_ready = int(queue.get("messages_ready") or 0)
                 group.messages_unacknowledged = int(queue.get("messages_unacknowledged") or 0)
@@ -412,11 +425,7 @@ class Controller:
                 if isinstance(head, int | float):
                     group.oldest_message_age = max(0.0, now - head)
                 group.health = self._health(group, now)
-        if session is not None:
-            doc.broker_nodes = _node_reports(session, listing)
-        counts = collections.Counter(group.state.value for group in doc.groups.values())
-        doc.group_counts = dict(sorted(counts.items()))
-        doc.groups, doc.groups_matching = (query or GroupQuery()).select(doc.groups)
+            doc.groups[key] = group
         return doc
 
     def _health(self, group: GroupReport, now: float) -> Health:
@@ -442,7 +451,19 @@ class Controller:
         return by_key
 
     def status(self) -> StatusDocument:
-        """What this controller knows, without asking the broker (no I/O)."""
+        """What this controller knows, every group included, without asking the broker (no
+        I/O; `report()` adds the queue figures and pages the groups)."""
+        doc = self._summary()
+        session = self.session
+        if session is None:
+            return doc
+        workers = self._describe_workers()
+        for key, state in self._group_states(session).items():
+            doc.groups[key] = self._group_report(session, key, state, workers)
+        return doc
+
+    def _summary(self) -> StatusDocument:
+        """The document without its groups."""
         doc = StatusDocument(
             pool=self.settings.pool,
             instance=self.instance,
@@ -456,37 +477,51 @@ class Controller:
         session = self.session
         if session is None:
             return doc
-        tracker, group_loop = session.tracker, session.group_loop
-        reached = session.queue_loop.reached.value
         doc.generations = Generations(
-            tracker=tracker.generation,
-            queues=reached.generation,
-            groups=group_loop.reached.value,
+            tracker=session.tracker.generation,
+            queues=session.queue_loop.reached.value.generation,
+            groups=session.group_loop.reached.value,
         )
         doc.broker = session.admission.broker_report()
         doc.admission = session.admission.report()
         if isinstance(self.driver, Standby):
             doc.standby_workers = [_worker(w) for w in self.driver.standby_workers()]
             doc.admission.standby = len(doc.standby_workers)
-        expected = tracker.state.value.groups
-        workers = self._describe_workers()
-        last_seen = session.activity.last_seen
-        for key in sorted(set(expected) | set(reached.actual) | group_loop.running):
-            state = expected.get(key)
-            group = GroupReport(
-                state=GroupState(state.value) if state else GroupState.STOPPING,
-                queue=reached.actual.get(key),
-                running=key in group_loop.running,
-                error=reached.errors.get(key) or group_loop.errors.get(key),
-                last_activity=last_seen.get(key),
-                since=self.history.since(key),
-                cold_start=self.history.cold_start(key),
-            )
-            if workers is not None:
-                group.workers = list(workers.get(key, ()))
-                group.restarts = sum(w.restarts for w in group.workers)
-            doc.groups[key] = group
         return doc
+
+    @staticmethod
+    def _group_states(session: Session) -> dict[str, GroupState]:
+        """Every group the controller knows of (wanted, with a queue, or running), sorted by
+        key, and its state (one no longer wanted is stopping)."""
+        expected = session.tracker.state.value.groups
+        actual = session.queue_loop.reached.value.actual
+        keys = set(expected) | set(actual) | session.group_loop.running
+        return {
+            key: GroupState(expected[key].value) if key in expected else GroupState.STOPPING
+            for key in sorted(keys)
+        }
+
+    def _group_report(
+        self,
+        session: Session,
+        key: str,
+        state: GroupState,
+        workers: Mapping[str, Any] | None,
+    ) -> GroupReport:
+        reached, group_loop = session.queue_loop.reached.value, session.group_loop
+        group = GroupReport(
+            state=state,
+            queue=reached.actual.get(key),
+            running=key in group_loop.running,
+            error=reached.errors.get(key) or group_loop.errors.get(key),
+            last_activity=session.activity.last_seen.get(key),
+            since=self.history.since(key),
+            cold_start=self.history.cold_start(key),
+        )
+        if workers is not None:
+            group.workers = list(workers.get(key, ()))
+            group.restarts = sum(w.restarts for w in group.workers)
+        return group
 
     def _describe_workers(self) -> Mapping[str, Any] | None:
         """Per-worker details from drivers that can give them (`Describes`), else None."""
@@ -519,16 +554,11 @@ def _node_reports(session: Session, listing: _topology.RequestQueues | None) -> 
         )
         for n in (figures.nodes if figures is not None else ())
     }
-    for queue in listing.figures.values() if listing is not None else ():
-        leader = queue.get("leader") or queue.get("node")
-        if isinstance(leader, str):
-            reports.setdefault(leader, NodeReport(name=leader, running=False)).queue_leaders += 1
-        members, online = queue.get("members"), queue.get("online")
-        if isinstance(members, list) and isinstance(online, list):
-            for member in members:
-                if isinstance(member, str) and member not in online:
-                    report = reports.setdefault(member, NodeReport(name=member, running=False))
-                    report.members_missing += 1
+    leaders, missing = listing.placement() if listing is not None else ({}, {})
+    for node, count in leaders.items():
+        reports.setdefault(node, NodeReport(name=node, running=False)).queue_leaders = count
+    for node, count in missing.items():
+        reports.setdefault(node, NodeReport(name=node, running=False)).members_missing = count
     return sorted(reports.values(), key=lambda r: r.name)
 
 

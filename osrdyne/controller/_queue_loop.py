@@ -76,12 +76,12 @@ class RequestQueueLoop:
         metrics: ControllerMetrics,
         operation_timeout: float = 10.0,
         concurrency: int = 8,
-        max_concurrency: int = 8,
+        max_concurrency: int = 32,
     ) -> None:
         # Channels are opened when first needed: as many as operations may run at once. (A
-        # ceiling of 32 drew "second 'channel.open' seen" connection errors from the shared
-        # broker once in a full test run, ending the session: kept at 8, as before pacing,
-        # until that is understood; pacing then only slows down under congestion.)
+        # ceiling of 32 once drew "second 'channel.open' seen" connection errors: aiormq lost
+        # the `close-ok` of channels the broker closed when its write queue was full, fixed
+        # by osrdyne.wire._aiormq; the ceiling was 8 until then.)
         self._channels = ChannelPool(connection, size=max_concurrency)
         self._api = api
         self._names = names

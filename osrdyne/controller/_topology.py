@@ -165,6 +165,26 @@ class RequestQueues(dict[str, GroupStatus]):
         self.figures = dict(figures or {})
         #: Epoch seconds of the listing.
         self.read_at = time.time()
+        self._placement: tuple[dict[str, int], dict[str, int]] | None = None
+
+    def placement(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Per broker node: the request queues led from it (a quorum queue's leader, a
+        classic queue's node), and the quorum queues with a member there that is not online.
+        Counted once per listing (status requests and gauges ask for it again and again)."""
+        if self._placement is None:
+            leaders: dict[str, int] = {}
+            missing: dict[str, int] = {}
+            for queue in self.figures.values():
+                leader = queue.get("leader") or queue.get("node")
+                if isinstance(leader, str):
+                    leaders[leader] = leaders.get(leader, 0) + 1
+                members, online = queue.get("members"), queue.get("online")
+                if isinstance(members, list) and isinstance(online, list):
+                    for member in members:
+                        if isinstance(member, str) and member not in online:
+                            missing[member] = missing.get(member, 0) + 1
+            self._placement = (leaders, missing)
+        return self._placement
 
 
 #: The queue figures `/status` shows, read in the same listing as the names: depths, and

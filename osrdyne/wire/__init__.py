@@ -8,7 +8,7 @@ worker SDK and the drivers all take these from here, so they cannot drift apart.
 docs/protocol.md.
 """
 
-from osrdyne.wire import _pamqp
+from osrdyne.wire import _aiormq, _pamqp
 from osrdyne.wire._connections import (
     DEFAULT_URL,
     Urls,
@@ -57,6 +57,7 @@ from osrdyne.wire._statuses import Event, Status
 from osrdyne.wire._text import text
 
 _pamqp.apply()
+_aiormq.apply()
 
 __all__ = [
     "ASSIGNMENT_CONTENT_TYPE",

@@ -10,7 +10,11 @@ caller to node 3 (its own order reversed), so each scenario says whose node it t
   starts a new session on another node and leads again (its leader queue moves with it);
 - a rolling restart, every node stopped and started one after the other, under load;
 - the controller's node paused (SIGSTOP) for longer than the heartbeat and the Erlang tick:
-  a partition as its clients and the other nodes see it; then resumed.
+  a partition as its clients and the other nodes see it; then resumed;
+- workers in containers (the docker driver, the project's dockerd): the node holding their
+  connections SIGKILLed, brought back, then the node they moved to SIGKILLed too; the same
+  containers serve throughout, having failed over in-process through the address list the
+  driver gave them.
 
 Replies go to a durable quorum queue (replicated): a request and its answer both survive any
 one node. Each scenario writes its row (sent / ok / errors / lost / duplicated) to the
@@ -23,6 +27,7 @@ import asyncio
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 
@@ -50,15 +55,18 @@ async def start(
     tally: Tally,
     *,
     heartbeat: int | None = None,
+    driver: dict[str, Any] | None = None,
 ) -> tuple[Running, Caller]:
     """A controller with echo workers on the cluster, a caller on node 3, warm keys warm;
-    `heartbeat` in every URL (so the workers' too) when given."""
+    `heartbeat` in every URL (so the workers' too) when given; subprocess workers unless
+    `driver` says otherwise."""
     urls = [f"{u}?heartbeat={heartbeat}" if heartbeat else u for u in cluster.amqp_urls]
     running = await make_controller(
         pool,
         amqp={"url": urls, "management_url": cluster.management_urls},
         groups={"unbind_delay": 300, "stop_delay": 300},
-        driver={
+        driver=driver
+        or {
             "kind": "subprocess",
             "subprocess": {
                 "command": [sys.executable, "-m", "worker_sdk.examples.echo"],
@@ -252,6 +260,104 @@ async def test_the_node_of_the_controller_paused_longer_than_the_heartbeat(
     await under_load(caller, pool, fault)
     await report(cluster, pool, running, caller)
     assert running.controller.sessions > sessions
+
+
+async def workers_node(cluster: Cluster, pool: str) -> set[int]:
+    """The nodes holding the connections of the pool's workers (named `worker <id> (<pool>)`)."""
+    found = set()
+    for c in await cluster.api("/connections", columns="node,client_properties"):
+        name = (c.get("client_properties") or {}).get("connection_name", "")
+        if name.startswith("worker ") and name.endswith(f"({pool})"):
+            found.add(cluster.number(c["node"]))
+    return found
+
+
+async def test_workers_in_containers_fail_over_twice(
+    cluster_pool: str,
+    healthy_cluster: Cluster,
+    make_controller: Callable[..., Awaitable[Running]],
+    make_caller: Callable[..., Awaitable[Caller]],
+    make_tally: Callable[..., Tally],
+    docker_host: str,
+    docker_client: Any,
+    worker_image: str,
+    host_python: tuple[str, list[dict[str, Any]]],
+    repo: Any,
+) -> None:
+    cluster, pool = healthy_cluster, cluster_pool
+    tally = make_tally(
+        "cluster: docker workers' node SIGKILLed, restarted, then their new node SIGKILLed",
+        "containers of the docker driver, given the three addresses, fail over twice",
+    )
+    python, mounts = host_python
+    driver = {
+        "kind": "docker",
+        "docker": {
+            "base_url": docker_host,
+            "image": worker_image,
+            "command": [python, "-m", "worker_sdk.examples.echo"],
+            "environment": {
+                "PYTHONPATH": str(repo),
+                "PYTHONDONTWRITEBYTECODE": "1",
+                "WORKER_ACTIVITY_INTERVAL": "0.5",
+                "WORKER_DRAIN_TIMEOUT": "5",
+            },
+            "volumes": mounts,
+            "stop_timeout": 2,
+        },
+    }
+    try:
+        running, caller = await start(
+            cluster, pool, make_controller, make_caller, tally, driver=driver
+        )
+        label = {"label": [f"osrdyne.pool={pool}"]}
+        before = {c.id for c in docker_client.containers.list(filters=label)}
+        assert len(before) == len(WARM)
+        for fault_number in (1, 2):
+            nodes = await eventually(
+                lambda: workers_node(cluster, pool), what="the workers' connections"
+            )
+            assert len(nodes) == 1, nodes  # every worker took the first address that answered
+            (node,) = nodes
+
+            async def fault(node: int = node) -> None:
+                await asyncio.to_thread(cluster.kill, node)
+
+            await under_load(caller, pool, fault, cold=False)
+            moved = await eventually(
+                lambda node=node: _moved(cluster, pool, node),  # type: ignore[misc]
+                what=f"the workers off node {node} (fault {fault_number})",
+            )
+            assert node not in moved
+            await asyncio.to_thread(cluster.restore)  # the lost node back before the next fault
+            await eventually(
+                lambda: _all_back(cluster), what="three running nodes", timeout=120, interval=0.5
+            )
+        await report(cluster, pool, running, caller)
+        # The same containers all along: they failed over in-process, nobody restarted them.
+        after = {c.id for c in docker_client.containers.list(filters=label)}
+        assert after == before
+        assert all(
+            c.attrs["RestartCount"] == 0
+            for c in docker_client.containers.list(all=True, filters=label)
+        )
+    finally:
+        for container in docker_client.containers.list(
+            all=True, filters={"label": [f"osrdyne.pool={pool}"]}
+        ):
+            container.remove(force=True)
+
+
+async def _moved(cluster: Cluster, pool: str, lost: int) -> set[int] | None:
+    nodes = await workers_node(cluster, pool)
+    return nodes if nodes and lost not in nodes and len(nodes) == 1 else None
+
+
+async def _all_back(cluster: Cluster) -> bool:
+    try:
+        return await cluster.running() == {1, 2, 3}
+    except RuntimeError:
+        return False
 
 
 async def _running(cluster: Cluster, n: int) -> bool:

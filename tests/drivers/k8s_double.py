@@ -5,13 +5,17 @@ and nothing else:
 
 - `/apis/apps/v1/namespaces/{ns}/deployments[/{name}]`
 - `/apis/keda.sh/v1alpha1/namespaces/{ns}/scaledobjects[/{name}]`
+- `/apis/autoscaling/v2/namespaces/{ns}/horizontalpodautoscalers[/{name}]`
 
 with GET (one, or a list filtered by `labelSelector` equality terms), POST (201, or 409 when
 the name exists), PUT (optimistic concurrency on `metadata.resourceVersion`: 409 on a stale
 one), PATCH (JSON merge patch) and DELETE (404 when absent), answering Kubernetes `Status`
 documents on errors. Like a real API server it refuses what its schemas refuse (422):
-Deployments are checked with `kubernetes-validate` (Kubernetes 1.29, strict), ScaledObjects
-with the KEDA schema in `schemas/`. It does not run pods, roll Deployments or scale anything.
+Deployments and HorizontalPodAutoscalers are checked with `kubernetes-validate` (Kubernetes
+1.29, strict: the JSON schemas it ships are generated from the upstream OpenAPI document),
+ScaledObjects with the KEDA schema in `schemas/`. Deleting an object also deletes the objects
+whose `metadata.ownerReferences` name its uid, as the garbage collector does (at once, not in
+the background). It does not run pods, roll Deployments or scale anything.
 """
 
 from __future__ import annotations
@@ -39,10 +43,19 @@ TRIGGER_AUTHENTICATION_SCHEMA = json.loads(
 )
 
 _PATH = re.compile(
-    r"^/apis/(?P<group>apps/v1|keda\.sh/v1alpha1)/namespaces/(?P<ns>[^/]+)/"
-    r"(?P<plural>deployments|scaledobjects)(?:/(?P<name>[^/]+))?$"
+    r"^/apis/(?P<group>apps/v1|keda\.sh/v1alpha1|autoscaling/v2)/namespaces/(?P<ns>[^/]+)/"
+    r"(?P<plural>deployments|scaledobjects|horizontalpodautoscalers)(?:/(?P<name>[^/]+))?$"
 )
-_KINDS = {"deployments": "Deployment", "scaledobjects": "ScaledObject"}
+_KINDS = {
+    "deployments": "Deployment",
+    "scaledobjects": "ScaledObject",
+    "horizontalpodautoscalers": "HorizontalPodAutoscaler",
+}
+_GROUPS = {
+    "deployments": "apps/v1",
+    "scaledobjects": "keda.sh/v1alpha1",
+    "horizontalpodautoscalers": "autoscaling/v2",
+}
 
 
 def validate(manifest: dict[str, Any]) -> None:
@@ -89,7 +102,7 @@ class ApiServerDouble:
     def __init__(self) -> None:
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.requests: list[tuple[str, str, Any]] = []
-        self.faults: list[int] = []
+        self.faults: list[tuple[int, str | None]] = []
         self.lock = threading.Lock()
         self._versions = itertools.count(1)
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
@@ -110,9 +123,9 @@ class ApiServerDouble:
         self._server.server_close()
         self._thread.join()
 
-    def fail_next(self, status: int, times: int = 1) -> None:
-        """Answer the next `times` requests with `status`."""
-        self.faults.extend([status] * times)
+    def fail_next(self, status: int, times: int = 1, *, plural: str | None = None) -> None:
+        """Answer the next `times` requests (on `plural` only, when given) with `status`."""
+        self.faults.extend([(status, plural)] * times)
 
     def of_kind(self, plural: str, namespace: str = "default") -> list[dict[str, Any]]:
         return [
@@ -129,14 +142,17 @@ class ApiServerDouble:
         self, method: str, path: str, query: dict[str, list[str]], body: Any
     ) -> tuple[int, Any]:
         self.requests.append((method, path, body))
-        if self.faults:
-            code = self.faults.pop(0)
-            return code, _status(code, "Injected", "injected fault")
         match = _PATH.match(path)
+        for i, (code, plural_only) in enumerate(self.faults):
+            if plural_only is None or (match is not None and match["plural"] == plural_only):
+                del self.faults[i]
+                return code, _status(code, "Injected", "injected fault")
         if match is None:
             return 404, _status(404, "NotFound", f"the server could not find {path}")
         plural, ns, name = match["plural"], match["ns"], match["name"]
         api_version = match["group"]
+        if _GROUPS[plural] != api_version:
+            return 404, _status(404, "NotFound", f"the server could not find {path}")
         if name is None and method == "GET":
             selector = (query.get("labelSelector") or [""])[0]
             items = [
@@ -160,6 +176,7 @@ class ApiServerDouble:
             return 200, current
         if method == "DELETE":
             del self.objects[(plural, ns, name)]
+            self._collect_dependents(ns, current["metadata"]["uid"])
             return 200, {"kind": "Status", "apiVersion": "v1", "status": "Success", "metadata": {}}
         if method == "PUT":
             wanted = body.get("metadata", {}).get("resourceVersion")
@@ -169,6 +186,14 @@ class ApiServerDouble:
         if method == "PATCH":
             return self._store(plural, ns, merge_patch(current, body), current)
         return 405, _status(405, "MethodNotAllowed", method)
+
+    def _collect_dependents(self, ns: str, uid: str) -> None:
+        """Delete what `uid` owned (and what that owned), as the garbage collector would."""
+        for where, o in list(self.objects.items()):
+            owners = o["metadata"].get("ownerReferences") or []
+            if where[1] == ns and where in self.objects and any(r["uid"] == uid for r in owners):
+                del self.objects[where]
+                self._collect_dependents(ns, o["metadata"]["uid"])
 
     def _create(self, plural: str, ns: str, body: Any) -> tuple[int, Any]:
         name = body.get("metadata", {}).get("name")
@@ -189,6 +214,8 @@ class ApiServerDouble:
         except Exception as exc:  # noqa: BLE001  (kubernetes_validate raises several kinds)
             message = str(exc).splitlines()[0]
             return 422, _status(422, "Invalid", message)
+        if manifest.get("kind") != _KINDS[plural]:
+            return 400, _status(400, "BadRequest", f"a {manifest.get('kind')} is no {plural}")
         if meta.get("namespace", ns) != ns:
             return 400, _status(400, "BadRequest", "namespace does not match the path")
         meta["namespace"] = ns
