@@ -11,7 +11,9 @@ something else on the machine hits every system, not just one):
 * **Celery**: `task.delay(...).get()` with the `rpc://` result backend, default prefork
   worker, default (classic) queue type.
 * **cold key**: a fresh key's first request, split into orphan handling, worker start, and
-  total first answer.
+  total first answer; with standby workers off (every worker started for its key) and on
+  (`--standby N`: the subprocess driver keeps N workers started ahead of demand, a new key
+  takes one), beside the floor of a plain aio-pika worker spawned by hand for the key.
 
 Throughput: N requests with C in flight (a sliding window). Latency: sequential calls (C=1).
 Then ratios against the targets. Everything the script creates (pools, queues, exchanges,
@@ -58,6 +60,7 @@ TARGETS = {
     "throughput_vs_celery": 1.5,  # >=
     "p50_vs_raw": 1.1,  # <=
     "orphan_p50_ms": 25.0,  # <=
+    "standby_first_answer_p50_ms": 150.0,  # <=
 }
 
 log = logging.getLogger("dispatch_bench")
@@ -497,7 +500,9 @@ def wrap_driver_start(driver: Any) -> None:
     driver.start = start
 
 
-def controller_settings(pool: str, queue_type: str, concurrency: int, state_dir: str) -> Any:
+def controller_settings(
+    pool: str, queue_type: str, concurrency: int, state_dir: str, standby: int = 0
+) -> Any:
     from osrdyne.controller import Settings
 
     return Settings(
@@ -514,6 +519,7 @@ def controller_settings(pool: str, queue_type: str, concurrency: int, state_dir:
                 "owner": state_dir,
                 "stop_timeout": 5,
                 "cwd": str(REPO),
+                "standby": standby,
             },
         },
     )
@@ -572,6 +578,10 @@ class Bench:
     def cold_pool(self) -> str:
         return f"bench-cold-{self.tag}"
 
+    @property
+    def standby_pool(self) -> str:
+        return f"bench-standby-{self.tag}"
+
     def raw_queue(self, variant: str) -> str:
         return f"bench-raw-{variant}-{self.tag}"
 
@@ -579,11 +589,11 @@ class Bench:
     def celery_queue(self) -> str:
         return f"bench-celery-{self.tag}"
 
-    async def start_controller(self, pool: str) -> Any:
+    async def start_controller(self, pool: str, standby: int = 0) -> Any:
         from osrdyne.controller import Controller
 
         settings = controller_settings(
-            pool, self.args.queue_type, self.args.c, str(self.tmp / pool)
+            pool, self.args.queue_type, self.args.c, str(self.tmp / pool), standby
         )
         controller = Controller(settings)
         wrap_driver_start(controller.driver)
@@ -603,13 +613,13 @@ class Bench:
         self.children.kill_all()
         policies = [
             f"osrdyne-{pool}-{kind}"
-            for pool in (self.pool, self.cold_pool)
+            for pool in (self.pool, self.cold_pool, self.standby_pool)
             for kind in ("requests", "poison")
         ]
         try:
             deleted = await asyncio.to_thread(
                 delete_objects,
-                [self.pool + "-", self.cold_pool + "-", self.celery_queue]
+                [self.pool + "-", self.cold_pool + "-", self.standby_pool + "-", self.celery_queue]
                 + [self.raw_queue(v) for v in RAW_VARIANTS],
                 policies,
             )
@@ -780,54 +790,103 @@ async def floor_first_answer(bench: Bench, i: int) -> float:
                 os.killpg(proc.pid, signal.SIGTERM)
 
 
-async def measure_cold(bench: Bench, results: dict[str, Any]) -> list[dict[str, float]]:
-    """Fresh keys one at a time through a second controller: timestamps of every phase, and
-    the floor (a hand-spawned aio-pika worker per key) interleaved with them."""
+async def wait_standby_waiting(controller: Any, count: int, timeout: float = 60) -> None:
+    """Until `count` standby workers of the controller's driver wait for a key (each has
+    declared its standby queue): a new key then takes one, as on a quiet pool."""
+    from osrdyne import PoolNames
+
+    names = PoolNames(controller.settings.pool)
+    deadline = time.monotonic() + timeout
+    with _http() as http:
+        while time.monotonic() < deadline:
+            workers = controller.driver.standby_workers()
+            if len(workers) == count and all(
+                http.get(
+                    f"/queues/{_vhost()}/"
+                    + urllib.parse.quote(names.standby_queue(w.worker_id), safe="")
+                ).status_code
+                == 200
+                for w in workers
+            ):
+                return
+            await asyncio.sleep(0.05)
+    raise TimeoutError(f"{count} standby workers never waited for a key")
+
+
+async def cold_key(client: Any, pool: str, key: str) -> dict[str, float]:
+    """A fresh key's first request through a controller: every phase of its cold path."""
+    times = COLD[key] = ColdTimes()
+    times.publish = time.monotonic()
+    response = await client.call(pool, key, PAYLOAD, timeout=120)
+    times.answered = time.monotonic()
+    assert response.ok and response.body == PAYLOAD, response
+    for _ in range(300):  # `ready` may trail the first answer a little
+        if times.ready is not None:
+            break
+        await asyncio.sleep(0.01)
+    row = {
+        "publish_to_orphan_ms": _ms(times.orphan_arrived, times.publish),
+        "orphan_handling_ms": _ms(times.forwarded, times.orphan_arrived),
+        "publish_to_in_queue_ms": _ms(times.forwarded, times.publish),
+        "publish_to_driver_start_ms": _ms(times.driver_start, times.publish),
+        "worker_start_ms": _ms(times.ready, times.driver_start),
+        "total_first_answer_ms": _ms(times.answered, times.publish),
+    }
+    unmeasured = [phase for phase, value in row.items() if value != value]  # nan
+    if unmeasured:
+        raise SystemExit(
+            f"cold key {key}: phase(s) {', '.join(unmeasured)} not measured (the "
+            "bench's hooks no longer reach the controller): fix the bench"
+        )
+    return row
+
+
+async def measure_cold(
+    bench: Bench, results: dict[str, Any]
+) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
+    """Fresh keys one at a time, through a controller without standby workers and one with
+    `--standby` of them: timestamps of every phase, and the floor (a hand-spawned aio-pika
+    worker per key) interleaved with them."""
     from osrdyne import Client
 
     args = bench.args
     rows: list[dict[str, float]] = []
+    standby_rows: list[dict[str, float]] = []
     controller = await bench.start_controller(bench.cold_pool)
+    standby = None
+    if args.standby:
+        standby = await bench.start_controller(bench.standby_pool, standby=args.standby)
     async with Client(AMQP_URL, confirm=not args.no_confirm, name="dispatch bench cold") as client:
         for i in range(args.cold_keys):
             floor_ms = await floor_first_answer(bench, i)
             key = f"cold-{i}"
-            times = COLD[key] = ColdTimes()
-            times.publish = time.monotonic()
-            response = await client.call(bench.cold_pool, key, PAYLOAD, timeout=120)
-            times.answered = time.monotonic()
-            assert response.ok and response.body == PAYLOAD, response
-            for _ in range(300):  # `ready` may trail the first answer a little
-                if times.ready is not None:
-                    break
-                await asyncio.sleep(0.01)
             row = {
-                "publish_to_orphan_ms": _ms(times.orphan_arrived, times.publish),
-                "orphan_handling_ms": _ms(times.forwarded, times.orphan_arrived),
-                "publish_to_in_queue_ms": _ms(times.forwarded, times.publish),
-                "publish_to_driver_start_ms": _ms(times.driver_start, times.publish),
-                "worker_start_ms": _ms(times.ready, times.driver_start),
-                "total_first_answer_ms": _ms(times.answered, times.publish),
+                **await cold_key(client, bench.cold_pool, key),
                 "floor_first_answer_ms": floor_ms,
             }
-            unmeasured = [phase for phase, value in row.items() if value != value]  # nan
-            if unmeasured:
-                raise SystemExit(
-                    f"cold key {key}: phase(s) {', '.join(unmeasured)} not measured (the "
-                    "bench's hooks no longer reach the controller): fix the bench"
-                )
             rows.append(row)
-            print(
+            line = (
                 f"  cold {key}: in queue {row['publish_to_in_queue_ms']:.1f} ms, worker start "
                 f"{row['worker_start_ms']:.0f} ms, first answer "
-                f"{row['total_first_answer_ms']:.0f} ms (hand-spawned aio-pika worker: "
-                f"{floor_ms:.0f} ms)",
-                flush=True,
+                f"{row['total_first_answer_ms']:.0f} ms"
             )
+            if standby is not None:
+                await wait_standby_waiting(standby, args.standby)
+                on = {
+                    **await cold_key(client, bench.standby_pool, f"standby-{i}"),
+                    "floor_first_answer_ms": floor_ms,
+                }
+                standby_rows.append(on)
+                line += (
+                    f"; standby on: worker start {on['worker_start_ms']:.0f} ms, "
+                    f"first answer {on['total_first_answer_ms']:.0f} ms"
+                )
+            print(f"{line} (hand-spawned aio-pika worker: {floor_ms:.0f} ms)", flush=True)
     upper, mean, count = histogram_p50(controller.metrics.orphan_seconds)
     results["orphan_histogram"] = {"p50_bucket_upper_s": upper, "mean_s": mean, "count": count}
     results["cold"] = rows
-    return rows
+    results["cold_standby"] = standby_rows
+    return rows, standby_rows
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -846,8 +905,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         loop.add_signal_handler(sig, main_task.cancel)
     try:
         systems = await measure_warm(bench, results)
-        cold = await measure_cold(bench, results) if args.cold_keys else []
-        report(args, systems, cold, results)
+        cold, standby = await measure_cold(bench, results) if args.cold_keys else ([], [])
+        report(args, systems, cold, standby, results)
         return results
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -908,6 +967,7 @@ def report(
     args: argparse.Namespace,
     systems: dict[str, System],
     cold: list[dict[str, float]],
+    standby: list[dict[str, float]],
     results: dict[str, Any],
 ) -> None:
     print()
@@ -968,6 +1028,40 @@ def report(
         checks.append(
             ("cold first answer ours/hand-spawned floor (per key)", spread(ratios), "", 0)
         )
+        if standby:
+            on = {k: [row[k] for row in standby] for k in standby[0]}
+            print()
+            print(
+                f"standby workers: the same keys' first answers with `standby = "
+                f"{args.standby}` (a new key takes a worker started ahead of demand), "
+                "interleaved with the rows above"
+            )
+            print()
+            print("| phase | standby off p50 ms | standby on p50 ms | standby on p95 ms |")
+            print("| --- | --- | --- | --- |")
+            for k, label in COLD_LABELS.items():
+                print(
+                    f"| {label} | {pct(columns[k], 50):.1f} | {pct(on[k], 50):.1f} | "
+                    f"{pct(on[k], 95):.1f} |"
+                )
+            first = on["total_first_answer_ms"]
+            checks.append(
+                (
+                    "standby on: first answer p50 ms",
+                    (pct(first, 50), min(first), max(first)),
+                    "<=",
+                    TARGETS["standby_first_answer_p50_ms"],
+                )
+            )
+            ratios = [r["total_first_answer_ms"] / r["floor_first_answer_ms"] for r in standby]
+            checks.append(
+                (
+                    "standby on: first answer ours/hand-spawned floor (per key)",
+                    spread(ratios),
+                    "<=",
+                    1.0,
+                )
+            )
         for k, name in (
             ("publish_to_in_queue_ms", "orphan p50 ms, client publish -> in queue"),
             ("orphan_handling_ms", "orphan p50 ms, controller handling (histogram's span)"),
@@ -1004,6 +1098,9 @@ def main() -> None:
     parser.add_argument("--lat-n", type=int, help="sequential calls per round (1000; quick 200)")
     parser.add_argument("--rounds", type=int, help="interleaved rounds (4; quick 1)")
     parser.add_argument("--cold-keys", type=int, help="fresh keys (20; quick 5)")
+    parser.add_argument(
+        "--standby", type=int, default=2, help="standby workers of the standby row (0: no row)"
+    )
     parser.add_argument("--skip-celery", action="store_true")
     parser.add_argument("--no-confirm", action="store_true", help="requests without confirms")
     parser.add_argument("--json", type=Path, help="also write the raw results here")

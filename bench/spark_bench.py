@@ -23,6 +23,11 @@ Stages (run one after the other: this machine has two cores):
    the other while the machine keeps `--min-available-gib` available; memory after each,
    and one query per key with all of them loaded.
 
+8. with `--standby`: for each mode, a never-seen key given to a standby worker (started
+   ahead of demand, docs/protocol.md: it started Spark, or opened its Connect session,
+   before it had a key): first answer from the assignment, beside the worker started for
+   its key in stage 3 or 6.
+
 `--no-baselines` skips stages 2, 4 and 5 (the embedded worker is still measured in 3).
 """
 
@@ -209,15 +214,28 @@ class Broker:
         return reply
 
     def start_worker(
-        self, key: str, queue: str, root: Path, log_path: Path, env: dict[str, str] | None = None
+        self,
+        key: str,
+        queue: str,
+        root: Path,
+        log_path: Path,
+        env: dict[str, str] | None = None,
+        *,
+        standby: bool = False,
     ) -> subprocess.Popen[bytes]:
+        """The query worker for `key`; with `standby`, a standby worker not yet keyed (it
+        waits on `standby_queue(WORKER_ID)` for the assignment naming `key`)."""
+        from osrdyne.wire import PoolNames
+
+        keyed = {"WORKER_KEY": key, "WORKER_REQUESTS_QUEUE": queue}
+        if standby:
+            keyed = {"WORKER_STANDBY_QUEUE": PoolNames(self.pool).standby_queue(f"bench-{key}")}
         worker_env = {
             **os.environ,
             "PYTHONPATH": str(REPO),
             "WORKER_ID": f"bench-{key}",
-            "WORKER_KEY": key,
+            **keyed,
             "WORKER_POOL": self.pool,
-            "WORKER_REQUESTS_QUEUE": queue,
             "WORKER_ACTIVITY_EXCHANGE": self.activity,
             "WORKER_AMQP_URI": AMQP_URL,
             "SPARK_WORKER_DATASET_ROOT": str(root),
@@ -293,6 +311,67 @@ async def through_rabbitmq(
         worker.wait(60)
         await broker.close()
     return out
+
+
+async def standby_first_answer(
+    root: Path, workdir: Path, *, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """A never-seen key given to a standby worker: the worker starts without a key, starts
+    Spark (or opens its Connect session) and waits; the clock starts when the assignment is
+    published (the key's queue exists, as the controller declares it first)."""
+    import aio_pika
+
+    from osrdyne import wire
+
+    broker = Broker()
+    await broker.open()
+    queue_name = await broker.queue("trips")
+    log_path = workdir / f"query_worker-standby-{'connect' if env else 'embedded'}.log"
+    out: dict[str, Any] = {}
+    started = time.perf_counter()
+    worker = broker.start_worker("trips", queue_name, root, log_path, env, standby=True)
+    try:
+        while "on standby" not in log_path.read_text(errors="replace"):
+            if worker.poll() is not None or time.perf_counter() - started > 600:
+                raise RuntimeError(f"the standby worker never waited: see {log_path}")
+            await asyncio.sleep(0.05)
+        out["standby_ready_s"] = time.perf_counter() - started
+        names = wire.PoolNames(broker.pool)
+        t0 = time.perf_counter()
+        await broker.channel.default_exchange.publish(
+            aio_pika.Message(
+                wire.assignment(names, "trips"), content_type=wire.ASSIGNMENT_CONTENT_TYPE
+            ),
+            routing_key=names.standby_queue("bench-trips"),
+        )
+        await broker.call(queue_name, FILTER_COUNT)
+        out["first_answer_s"] = time.perf_counter() - t0
+        out.update(load_timings(log_path))
+    finally:
+        worker.terminate()
+        worker.wait(60)
+        await broker.close()
+    return out
+
+
+def standby_report(results: dict[str, Any]) -> list[str]:
+    lines = []
+    for mode, name, keyed in (
+        ("embedded", "embedded", "rabbitmq"),
+        ("connect", "Spark Connect", "connect"),
+    ):
+        r = results.get(f"standby_{mode}")
+        if r is None:
+            continue
+        line = (
+            f"standby worker ({name}): a never-seen key's first answer {r['first_answer_s']:.2f} s "
+            f"from its assignment (load and cache {r.get('load_s', float('nan')):.2f} s; Spark was "
+            f"started on standby, {r['standby_ready_s']:.1f} s after the process)"
+        )
+        if keyed in results:
+            line += f"; started for its key: {results[keyed]['first_answer_s']:.1f} s"
+        lines.append(line)
+    return ["", *lines] if lines else []
 
 
 # -- 6-7. Spark Connect -----------------------------------------------------------------------
@@ -559,6 +638,9 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=0, help="Connect keys served at once")
     parser.add_argument("--server-memory", default="8g", help="the Connect server's heap")
     parser.add_argument("--min-available-gib", type=float, default=6.0)
+    parser.add_argument(
+        "--standby", action="store_true", help="also a new key given to a standby worker"
+    )
     args = parser.parse_args()
     modes = {m.strip() for m in args.mode.split(",")}
     results: dict[str, Any] = {}
@@ -574,6 +656,9 @@ def main() -> None:
             results["rabbitmq"] = asyncio.run(
                 through_rabbitmq(root, args.runs, args.warmup, Path(tmp))
             )
+            if args.standby:
+                log("a new key given to a standby worker (embedded Spark)")
+                results["standby_embedded"] = asyncio.run(standby_first_answer(root, Path(tmp)))
         if "connect" in modes:
             state = Path(tmp) / "connect"
             log(f"starting a Spark Connect server (heap {args.server_memory})")
@@ -587,6 +672,11 @@ def main() -> None:
                         root, args.runs, args.warmup, Path(tmp), env=remote, server_pid=server_pid
                     )
                 )
+                if args.standby:
+                    log("a new key given to a standby worker (Spark Connect)")
+                    results["standby_connect"] = asyncio.run(
+                        standby_first_answer(root, Path(tmp), env=remote)
+                    )
                 if args.keys:
                     log(f"{args.keys} Spark Connect keys at once")
                     results["connect_scale"] = asyncio.run(
@@ -604,7 +694,7 @@ def main() -> None:
             if args.json:
                 args.json.write_text(json.dumps(results, indent=2))
             print()
-            print(report(results, args))
+            print("\n".join([report(results, args), *standby_report(results)]))
             return
         log("naive: new process per request")
         results["naive_process"] = {
@@ -619,7 +709,7 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     print()
-    print(report(results, args))
+    print("\n".join([report(results, args), *standby_report(results)]))
 
 
 if __name__ == "__main__":

@@ -13,13 +13,15 @@ Three optional protocols let a driver say more, each found with `isinstance`:
   worker-group loop plans their upgrade and applies it with `start`, which converges a group
   to the current version;
 - `Capacity`: how many worker groups it can run at once (processes and memory for the
-  subprocess driver, containers for docker); the controller refuses new keys beyond it.
+  subprocess driver, containers for docker); the controller refuses new keys beyond it;
+- `Standby`: it keeps workers started ahead of demand, not yet keyed; `start(key)` gives one
+  of them the key through the controller's `Assign` (docs/protocol.md, "Standby workers").
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from osrdyne import wire
@@ -59,6 +61,18 @@ class PoolContext:
         return wire.worker_environment(
             names=self.names, key=key, worker_id=worker_id, amqp_uri=self.amqp_uri
         )
+
+    def standby_environment(self, worker_id: str) -> dict[str, str]:
+        """The protocol's environment of a standby worker (no key yet)."""
+        return wire.standby_environment(
+            names=self.names, worker_id=worker_id, amqp_uri=self.amqp_uri
+        )
+
+
+#: Gives `key` to the standby worker waiting on the standby queue named first: True once the
+#: broker confirmed the assignment reached that queue, False when it was not taken (no such
+#: queue: the worker is not waiting yet, or is gone). Raises when the outcome is unknown.
+Assign = Callable[[str, str], Awaitable[bool]]
 
 
 @dataclasses.dataclass
@@ -118,3 +132,15 @@ class Capacity(Protocol):
 
     def capacity(self) -> int | None:
         """Most groups it can run at once (None: no limit it knows of). No I/O."""
+
+
+@runtime_checkable
+class Standby(Protocol):
+    """A driver that keeps standby workers: started ahead of demand, keyed on `start`."""
+
+    def standby_workers(self) -> Sequence[WorkerInfo]:
+        """The standby workers not yet keyed (no I/O)."""
+
+    def attach(self, assign: Assign | None) -> None:
+        """Assign keys through `assign` from now on (the leading controller's session);
+        None: no session, `start` starts workers for their key as without standby."""

@@ -9,6 +9,16 @@ is a hash of everything that shapes a container (image, command, environment, mo
 and remove one, create its successor, next), on `start` and whenever `list` sees it. The
 request queue is never touched, so requests wait there during a replacement.
 
+With `standby = N` the driver keeps N standby containers, started ahead of demand and not yet
+keyed (label `osrdyne.standby` instead of `osrdyne.key`, restart policy `no`). `start(key)`
+gives the key to one through the controller's assignment (docs/protocol.md) and starts a
+replacement. A label cannot change on a running container, so the driver records which key
+each assigned standby serves and lists it as index 0 of that key's group, and renames it to
+the name that index would have (`docker rename`): a restarted controller, which has no record,
+tells an assigned standby (renamed) from a waiting one (still under its standby name), and
+stops the former, whose key it cannot know, as the subprocess driver does. A standby that
+exits is removed and replaced; an assigned one that exits is replaced by a keyed container.
+
 The Docker SDK is blocking and imported lazily: this module (and its settings model) can be
 imported without it; every SDK call runs in a thread.
 """
@@ -18,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -36,9 +47,13 @@ LABEL_KEY = "osrdyne.key"
 LABEL_WORKER_ID = "osrdyne.worker-id"
 LABEL_INDEX = "osrdyne.index"
 LABEL_VERSION = "osrdyne.version"
+#: On a standby container instead of LABEL_KEY: its standby id.
+LABEL_STANDBY = "osrdyne.standby"
 
 #: Containers as the engine's list API describes them (dicts with Id, Labels, State, ...).
 _Containers = list[dict[str, Any]]
+#: Standby containers waiting for a key: (id, name), oldest first.
+_Waiting = list[tuple[str, str]]
 
 _GONE_STATES = frozenset({"dead", "removing"})
 _STOPPED_STATES = frozenset({"created", "exited"})
@@ -114,6 +129,15 @@ class DockerSettings(pydantic.BaseModel):
     labels: dict[str, str] = Field(
         default_factory=dict, description="Extra container labels (osrdyne.* are reserved)."
     )
+    standby: int = Field(
+        default=0,
+        ge=0,
+        description="Standby containers kept running ahead of demand, not yet keyed: a new key "
+        "takes one (and a replacement is started) instead of waiting for a container to "
+        "start. Only for a command that supports the standby protocol (`worker_sdk` does; "
+        "see docs/protocol.md); 0: each container is started for its key. They count "
+        "against `max_containers`.",
+    )
     stop_timeout: int = Field(
         default=30, ge=0, description="Seconds between SIGTERM and SIGKILL when stopping."
     )
@@ -136,17 +160,32 @@ class DockerDriver:
                 "amqp_uri": context.amqp_uri,
                 "container": settings.model_dump(
                     mode="json",
-                    exclude={"base_url", "api_version", "timeout", "pull", "workers"},
+                    exclude={"base_url", "api_version", "timeout", "pull", "workers", "standby"},
                 ),
             }
         )
+        #: The keys the last `list()` found (a key not among them may take a standby).
+        self._listed: set[str] = set()
+        #: Standby containers waiting for a key, oldest first: (id, name).
+        self._waiting: _Waiting = []
+        #: Standby containers being given a key now (kept out of `_waiting` meanwhile).
+        self._taking: set[str] = set()
+        #: The key each assigned standby container serves, by container id.
+        self._assigned: dict[str, str] = {}
+        self._standby_lock = asyncio.Lock()
+        self._assign: base.Assign | None = None
 
     # -- the Driver protocol --------------------------------------------------------------
 
     async def start(self, key: str) -> None:
         async with self._lock(key):
+            taken = None if key in self._listed else await self._take_standby(key)
             with _map_errors(f"starting the worker group of {key!r}"):
                 await asyncio.to_thread(self._converge, key)
+                if taken is not None:
+                    await asyncio.to_thread(self._rename, taken, key)
+        if taken is not None:
+            await self._replenish()
 
     async def stop(self, key: str) -> None:
         async with self._lock(key):
@@ -154,8 +193,13 @@ class DockerDriver:
                 await asyncio.to_thread(self._remove_group, key)
 
     async def list(self) -> set[str]:
+        try:
+            await self._replenish()
+        except base.DriverError as exc:  # never in the way of the groups themselves
+            logger.warning("%s", exc)
         with _map_errors("listing worker containers"):
             groups = await asyncio.to_thread(self._groups)
+        self._listed = set(groups)
         # An older version, or a half-done replacement or scale change: the group loop
         # finishes it with start().
         self._outdated = {key for key, found in groups.items() if not self._healthy(found)}
@@ -166,16 +210,111 @@ class DockerDriver:
         return set(self._outdated)
 
     def capacity(self) -> int | None:
-        """Most groups at once (`Capacity`): `max_containers` over the containers of a group."""
-        if self._settings.max_containers is None:
+        """Most groups at once (`Capacity`): `max_containers`, less the standby containers,
+        over the containers of a group."""
+        s = self._settings
+        if s.max_containers is None:
             return None
-        return self._settings.max_containers // self._settings.workers
+        return max(0, s.max_containers - s.standby) // s.workers
 
     async def close(self) -> None:
-        # Containers outlive the controller on purpose (a restarted controller adopts them).
+        # Keyed containers outlive the controller on purpose (a restarted controller adopts
+        # them); standby ones exist only while a controller leads: they have nothing to drain.
+        if self._settings.standby:
+            waiting, self._waiting = self._waiting, []
+            with contextlib.suppress(base.DriverError), _map_errors("removing standby containers"):
+                for cid, _ in waiting:
+                    await asyncio.to_thread(self._remove, {"Id": cid})
         if self._client is not None:
             client, self._client = self._client, None
             await asyncio.to_thread(client.close)
+
+    # -- standby containers (the `Standby` protocol) --------------------------------------
+
+    def standby_workers(self) -> tuple[base.WorkerInfo, ...]:
+        return tuple(base.WorkerInfo(worker_id=name, name=name) for _, name in self._waiting)
+
+    def attach(self, assign: base.Assign | None) -> None:
+        self._assign = assign
+
+    async def _take_standby(self, key: str) -> str | None:
+        """Give `key` to the oldest standby container that takes it: its id, or None."""
+        for entry in list(self._waiting):
+            assign = self._assign
+            if assign is None:
+                return None
+            if entry not in self._waiting:
+                continue  # taken by another key meanwhile
+            self._waiting.remove(entry)
+            cid, name = entry
+            self._taking.add(cid)
+            try:
+                taken = await assign(self._context.names.standby_queue(name), key)
+            except Exception as exc:  # the outcome is unknown: never let it serve twice
+                logger.warning(
+                    "assigning key %r to standby container %s failed: %s", key, name, exc
+                )
+                with contextlib.suppress(base.DriverError), _map_errors("removing a standby"):
+                    await asyncio.to_thread(self._remove, {"Id": cid})
+                continue
+            finally:
+                self._taking.discard(cid)
+            if taken:
+                logger.info("standby container %s takes key %r", name, key)
+                self._assigned[cid] = key
+                return cid
+            self._waiting.append(entry)  # not waiting yet: keep it for a later key
+        return None
+
+    async def _replenish(self) -> None:
+        """Keep `standby` waiting containers: remove the exited, outdated or orphaned ones
+        (assigned by a controller that is gone), create the missing ones."""
+        if not self._settings.standby:
+            return
+        async with self._standby_lock:
+            with _map_errors("keeping standby containers"):
+                self._waiting = await asyncio.to_thread(self._converge_standby)
+
+    def _standby_name(self, standby_id: str) -> str:
+        return names.object_name(self._context.pool, standby_id, suffix=f"standby-{self.version}")
+
+    def _converge_standby(self) -> _Waiting:
+        found = self._engine().api.containers(
+            all=True, filters={"label": [f"{LABEL_POOL}={self._context.pool}", LABEL_STANDBY]}
+        )
+        waiting: _Waiting = []
+        for c in sorted(found, key=lambda c: c.get("Created", 0)):
+            labels = c.get("Labels") or {}
+            if labels.get(LABEL_POOL) != self._context.pool or LABEL_STANDBY not in labels:
+                continue
+            if c["Id"] in self._assigned or c["Id"] in self._taking:
+                continue
+            name = (c.get("Names") or ["/"])[0].lstrip("/")
+            current = labels.get(LABEL_VERSION) == self.version
+            if (
+                c.get("State") == "running"
+                and current
+                and name == self._standby_name(labels[LABEL_STANDBY])
+            ):
+                waiting.append((c["Id"], name))
+            else:  # exited, never started, outdated, or given a key by a controller gone
+                self._remove(c)
+        for c in waiting[self._settings.standby :]:  # one handed back after a replacement
+            self._remove({"Id": c[0]})
+        del waiting[self._settings.standby :]
+        for _ in range(self._settings.standby - len(waiting)):
+            waiting.append(self._create_standby())
+        return waiting
+
+    def _rename(self, cid: str, key: str) -> None:
+        """Name an assigned standby as index 0 of its key's group (see the module)."""
+        import docker.errors
+
+        name = names.object_name(self._context.pool, key, suffix=f"0-{self.version}")
+        try:
+            self._engine().api.rename(cid, name)
+        except docker.errors.APIError as exc:
+            logger.warning("cannot rename standby container %s to %s: %s", cid[:12], name, exc)
 
     # -- blocking work, run in threads ----------------------------------------------------
 
@@ -201,13 +340,27 @@ class DockerDriver:
             all=True, filters={"label": [f"{LABEL_POOL}={self._context.pool}"]}
         )
         # Compare labels exactly here rather than trusting the engine's filter parsing.
+        mine = [self._as_keyed(c) for c in found]
         return [
             c
-            for c in found
+            for c in mine
             if (c.get("Labels") or {}).get(LABEL_POOL) == self._context.pool
             and LABEL_KEY in (c.get("Labels") or {})
             and (key is None or c["Labels"][LABEL_KEY] == key)
         ]
+
+    def _as_keyed(self, container: dict[str, Any]) -> dict[str, Any]:
+        """An assigned standby container as the first container of its key's group (its
+        labels cannot say so); one that has exited as outdated and gone, so that `start`
+        replaces it with a keyed container. Any other container as it is."""
+        key = self._assigned.get(container["Id"])
+        if key is None:
+            return container
+        labels = {**(container.get("Labels") or {}), LABEL_KEY: key, LABEL_INDEX: "0"}
+        state = container.get("State")
+        if state not in ("running", "created", "restarting", "paused"):
+            labels[LABEL_VERSION], state = "", "dead"
+        return {**container, "Labels": labels, "State": state}
 
     def _groups(self) -> dict[str, _Containers]:
         groups: dict[str, _Containers] = {}
@@ -258,6 +411,7 @@ class DockerDriver:
     def _remove(self, container: dict[str, Any]) -> None:
         import docker.errors
 
+        self._assigned.pop(container["Id"], None)
         api = self._engine().api
         with contextlib.suppress(docker.errors.NotFound):
             if container.get("State") not in _STOPPED_STATES | _GONE_STATES:
@@ -265,23 +419,42 @@ class DockerDriver:
             api.remove_container(container["Id"], force=True)
 
     def _create(self, key: str, index: int) -> None:
+        name = names.object_name(self._context.pool, key, suffix=f"{index}-{self.version}")
+        labels = {LABEL_KEY: key, LABEL_INDEX: str(index)}
+        self._run(name, labels, self._context.environment(key, name))
+
+    def _create_standby(self) -> tuple[str, str]:
+        standby_id = uuid.uuid4().hex[:12]
+        name = self._standby_name(standby_id)
+        environment = self._context.standby_environment(name)
+        cid = self._run(name, {LABEL_STANDBY: standby_id}, environment, restart=False)
+        return cid, name
+
+    def _run(
+        self,
+        name: str,
+        own_labels: dict[str, str],
+        protocol: dict[str, str],
+        *,
+        restart: bool = True,
+    ) -> str:
+        """Create and start one container; its id (the existing one's when another
+        controller created it meanwhile)."""
         import docker.errors
 
         s = self._settings
-        name = names.object_name(self._context.pool, key, suffix=f"{index}-{self.version}")
         labels = {
             **s.labels,
             LABEL_POOL: self._context.pool,
-            LABEL_KEY: key,
             LABEL_WORKER_ID: name,
-            LABEL_INDEX: str(index),
             LABEL_VERSION: self.version,
+            **own_labels,
         }
         options: dict[str, Any] = {
             "name": name,
             "command": s.command,
             "entrypoint": s.entrypoint,
-            "environment": {**s.environment, **self._context.environment(key, name)},
+            "environment": {**s.environment, **protocol},
             "labels": labels,
             "network_mode": s.network_mode,
             "volumes": {
@@ -290,9 +463,11 @@ class DockerDriver:
             },
             "working_dir": s.working_dir,
             "user": s.user,
-            "restart_policy": {"Name": s.restart_policy},
+            # A standby restarted by the engine could not tell whether it had a key: the
+            # driver replaces it instead.
+            "restart_policy": {"Name": s.restart_policy if restart else "no"},
         }
-        if s.restart_policy == "on-failure":
+        if restart and s.restart_policy == "on-failure":
             options["restart_policy"]["MaximumRetryCount"] = s.restart_max_retries
         if s.cpus is not None:
             options["nano_cpus"] = int(s.cpus * 1e9)
@@ -311,9 +486,10 @@ class DockerDriver:
                 container = containers.create(s.image, **options)
         except docker.errors.APIError as exc:
             if exc.status_code == 409:  # another controller created it meanwhile
-                return
+                return name
             raise
         container.start()
+        return str(container.id)
 
 
 def _index(container: dict[str, Any]) -> int:

@@ -7,6 +7,14 @@ blocks other groups. Each worker carries its owner and slot in its environment
 restarted finds the workers that outlived it in /proc and adopts them instead of starting
 duplicates (no pid file to write after the fork: no window where a worker is unknown).
 `close()` stops every worker: SIGTERM, then SIGKILL after `stop_timeout`.
+
+With `standby = N` the driver keeps N standby workers running ahead of demand (the `Standby`
+protocol): `start(key)` gives the key to the oldest one that waits (the controller's
+assignment message, docs/protocol.md) and starts a replacement; the standby becomes slot 0 of
+the key's group, its other slots start as usual. A standby that exits is restarted as a
+standby; once keyed, as a worker of its key. A restarted controller cannot read from /proc
+which key a standby was given (its environment is the one it started with), so it stops the
+workers that started as standbys (SIGTERM: they drain) and starts their groups anew.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import os
 import signal
 import sys
 import time
+import uuid
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -72,6 +81,15 @@ class SubprocessSettings(BaseModel):
         "about 44): the machine's memory divided by it bounds the workers when "
         "`max_processes` is unset.",
     )
+    standby: int = Field(
+        default=0,
+        ge=0,
+        description="Standby workers kept running ahead of demand, not yet keyed: a new key "
+        "takes one (and a replacement is started) instead of waiting for a process to start. "
+        "Only for a command that supports the standby protocol (`worker_sdk` does; see "
+        "docs/protocol.md); 0: each worker is started for its key. They count against "
+        "`max_processes`.",
+    )
     owner: str | None = Field(
         default=None,
         description="Who the workers belong to (their OSRDYNE_OWNER): a restarted controller "
@@ -88,6 +106,8 @@ def machine_memory() -> int:
 #: Environment variables marking a worker as the driver's: who owns it, which slot it fills.
 OWNER_ENV = "OSRDYNE_OWNER"
 SLOT_ENV = "OSRDYNE_SLOT"
+#: Set (to its standby id) on a worker started as a standby.
+STANDBY_ENV = "OSRDYNE_STANDBY"
 
 
 def _slot_id(key: str) -> str:
@@ -95,25 +115,51 @@ def _slot_id(key: str) -> str:
 
 
 class _Group:
-    def __init__(self, driver: SubprocessDriver, key: str) -> None:
+    """The supervised workers of one key, or a standby worker (`key` None) waiting for one."""
+
+    def __init__(self, driver: SubprocessDriver, key: str | None) -> None:
         self.driver = driver
         self.key = key
         self.stopping = False
-        self.workers = [
-            base.WorkerInfo(worker_id=f"{driver.context.pool}-{_slot_id(key)[:8]}-{i}")
-            for i in range(driver.settings.workers)
-        ]
+        #: Set while standby: the id naming its worker and standby queue.
+        self.standby_id = uuid.uuid4().hex[:12] if key is None else None
+        count = 1 if key is None else driver.settings.workers
+        self.workers = [base.WorkerInfo(worker_id=self._worker_id(i)) for i in range(count)]
         self.tasks: list[asyncio.Task[None]] = []
+
+    def _worker_id(self, slot: int) -> str:
+        pool = self.driver.context.pool
+        if self.key is None:
+            return f"{pool}-standby-{self.standby_id}"
+        return f"{pool}-{_slot_id(self.key)[:8]}-{slot}"
+
+    @property
+    def standby_queue(self) -> str:
+        return self.driver.context.names.standby_queue(self.workers[0].worker_id)
 
     def start(self, adopted: dict[int, int]) -> None:
         for slot, pid in adopted.items():
             self.workers[slot].pid, self.workers[slot].adopted = pid, True
         for slot in range(len(self.workers)):
-            task = asyncio.create_task(
-                self._supervise(slot, adopted.get(slot)),
-                name=f"subprocess worker {self.key!r}#{slot}",
-            )
-            self.tasks.append(task)
+            self._supervise_slot(slot, adopted.get(slot))
+
+    def _supervise_slot(self, slot: int, adopted_pid: int | None) -> None:
+        task = asyncio.create_task(
+            self._supervise(slot, adopted_pid), name=f"subprocess worker {self.key!r}#{slot}"
+        )
+        self.tasks.append(task)
+
+    def assign(self, key: str) -> None:
+        """This standby now serves `key` (it was told): slot 0 of the key's group; the other
+        slots start now. Its restarts from now on are workers of the key."""
+        self.key = key
+        first = len(self.workers)
+        self.workers += [
+            base.WorkerInfo(worker_id=self._worker_id(i))
+            for i in range(first, self.driver.settings.workers)
+        ]
+        for slot in range(first, len(self.workers)):
+            self._supervise_slot(slot, None)
 
     async def _supervise(self, slot: int, adopted_pid: int | None) -> None:
         info = self.workers[slot]
@@ -147,10 +193,18 @@ class _Group:
 
     async def _run_once(self, slot: int, info: base.WorkerInfo) -> int:
         s = self.driver.settings
+        context = self.driver.context
+        if self.key is None:
+            protocol = {
+                **context.standby_environment(info.worker_id),
+                STANDBY_ENV: str(self.standby_id),
+            }
+        else:
+            protocol = context.environment(self.key, info.worker_id)
         env = {
             **os.environ,
             **s.env,
-            **self.driver.context.environment(self.key, info.worker_id),
+            **protocol,
             OWNER_ENV: self.driver.owner,
             SLOT_ENV: str(slot),
         }
@@ -205,12 +259,19 @@ class SubprocessDriver:
         self.settings = settings
         self.owner = settings.owner or f"osrdyne:{context.pool}"
         self._groups: dict[str, _Group] = {}
+        #: Standby workers by standby id, oldest first.
+        self._standby: dict[str, _Group] = {}
+        self._assign: base.Assign | None = None
+        self._retiring: set[asyncio.Task[None]] = set()
         self._adopted = False
+        self._closed = False
 
     async def start(self, key: str) -> None:
         self._adopt_once()
-        if key not in self._groups:
-            self._launch(key, {})
+        if key not in self._groups and not await self._take_standby(key):
+            if key not in self._groups:  # not started meanwhile
+                self._launch(key, {})
+        self._replenish()
 
     async def stop(self, key: str) -> None:
         self._adopt_once()
@@ -220,23 +281,73 @@ class SubprocessDriver:
 
     async def list(self) -> set[str]:
         self._adopt_once()
+        self._replenish()
         return set(self._groups)
 
     async def close(self) -> None:
-        groups, self._groups = list(self._groups.values()), {}
-        await asyncio.gather(*(g.stop() for g in groups))
+        self._closed = True
+        groups = [*self._groups.values(), *self._standby.values()]
+        self._groups, self._standby = {}, {}
+        await asyncio.gather(*(g.stop() for g in groups), *self._retiring)
 
     def capacity(self) -> int:
         """Most groups at once (the `Capacity` protocol): `max_processes`, or the machine's
-        memory over `memory_per_worker`, divided by the workers of a group."""
+        memory over `memory_per_worker`, less the standby workers, divided by the workers of
+        a group."""
         processes = self.settings.max_processes
         if processes is None:
             processes = machine_memory() // (self.settings.memory_per_worker * 2**20)
-        return max(0, processes) // self.settings.workers
+        return max(0, processes - self.settings.standby) // self.settings.workers
 
     def describe(self) -> dict[str, tuple[base.WorkerInfo, ...]]:
         """The workers of each group (the `Describes` protocol)."""
         return {key: tuple(g.workers) for key, g in self._groups.items()}
+
+    # -- standby workers (the `Standby` protocol) -----------------------------------------
+
+    def standby_workers(self) -> tuple[base.WorkerInfo, ...]:
+        return tuple(g.workers[0] for g in self._standby.values())
+
+    def attach(self, assign: base.Assign | None) -> None:
+        self._assign = assign
+
+    async def _take_standby(self, key: str) -> bool:
+        """Give `key` to the oldest standby that takes it; False when none did."""
+        for group in list(self._standby.values()):
+            assign = self._assign
+            if assign is None or key in self._groups:
+                return False
+            if self._standby.pop(str(group.standby_id), None) is None:
+                continue  # taken by another key meanwhile
+            try:
+                taken = await assign(group.standby_queue, key)
+            except Exception as exc:  # the outcome is unknown: never let it serve twice
+                logger.warning("assigning key %r to a standby worker failed: %s", key, exc)
+                self._retire(group)
+                continue
+            if not taken:  # not waiting yet: keep it for a later key
+                self._standby[str(group.standby_id)] = group
+                continue
+            if key in self._groups or self._closed:  # started another way meanwhile
+                self._retire(group)
+                return True
+            logger.info("standby worker %s takes key %r", group.workers[0].worker_id, key)
+            group.assign(key)
+            self._groups[key] = group
+            return True
+        return False
+
+    def _replenish(self) -> None:
+        """Start standby workers until there are `standby` of them."""
+        while not self._closed and len(self._standby) < self.settings.standby:
+            group = _Group(self, None)
+            self._standby[str(group.standby_id)] = group
+            group.start({})
+
+    def _retire(self, group: _Group) -> None:
+        task = asyncio.create_task(group.stop(), name="retire a standby worker")
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
 
     def _launch(self, key: str, adopted: dict[int, int]) -> None:
         group = _Group(self, key)
@@ -253,6 +364,9 @@ class SubprocessDriver:
         found: dict[str, dict[int, int]] = {}
         for pid, env in _processes_of(self.owner, self.context.pool):
             key, slot = env.get("WORKER_KEY"), env.get(SLOT_ENV, "")
+            if STANDBY_ENV in env:
+                _signal(pid, signal.SIGTERM)  # which key it was given, if any, is unknown
+                continue
             if key is None or not slot.isdigit():
                 continue
             if int(slot) >= self.settings.workers or int(slot) in found.get(key, {}):

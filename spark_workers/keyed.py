@@ -22,6 +22,10 @@ With `SPARK_WORKER_REMOTE=sc://...` the worker starts no JVM: it holds a session
 on a shared Spark Connect server (`spark_workers.connect`), and a lost server ends it with
 exit code 72 (`EXIT_SERVER_LOST`) after giving the request in flight back to the queue.
 
+A standby worker (started ahead of demand, docs/protocol.md) starts Spark before it is
+offered keys (a `Worker.on_standby` hook): it holds a started JVM and SparkSession, or an
+open Connect session, and a new key only loads its dataset.
+
     app = SparkWorker(load=lambda spark, key: spark.read.parquet(f"/data/{key}"))
 
     @app.handler()
@@ -121,12 +125,15 @@ class SparkWorker:
         self._owns_process = False  # set by `run()`: ending the worker ends this process
         self._stopping = False
         self._fatal_lock = threading.Lock()
+        #: The session a standby worker started before it had a key.
+        self._warm: SparkSession | None = None
 
     @property
     def worker(self) -> Worker:
         """The underlying `worker_sdk.Worker` (built on first use: it reads WORKER_*)."""
         if self._worker is None:
             self._worker = Worker(self._worker_settings)
+            self._worker.on_standby(self._on_standby)
             self._worker.on_startup(self._on_startup)
             self._worker.on_shutdown(self._on_shutdown)
             for path, fn in self._handlers:
@@ -317,8 +324,19 @@ class SparkWorker:
         run.__name__ = getattr(fn, "__name__", "spark_handler")
         self._worker.handler(path)(run)
 
+    def _on_standby(self, worker: Worker) -> None:
+        """A standby starts Spark (a JVM and SparkSession, or a Connect session) before it is
+        offered keys: a new key then pays only for loading its dataset. A worker started for
+        its key starts Spark in `start`, after checking the key."""
+        t0 = time.perf_counter()
+        if self.settings.remote:
+            self._warm = connect.build_remote_session(self.settings)
+        else:
+            self._warm = session.build_session(self.settings)
+        logger.info("standby: spark started in %.2f s", time.perf_counter() - t0)
+
     def _on_startup(self, worker: Worker) -> None:
-        self.start(worker.settings.key)
+        self.start(worker.settings.key, spark=self._warm)
 
     def _on_shutdown(self, worker: Worker) -> None:
         self._stopping = True

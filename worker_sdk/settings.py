@@ -1,12 +1,16 @@
 """The worker's configuration, read once from the environment every driver sets.
 
 The protocol variables (`WORKER_ID`, `WORKER_KEY`, ...) are required; the tuning ones have
-defaults and are optional, so an OSRD core worker's environment is enough to run.
+defaults and are optional, so an OSRD core worker's environment is enough to run. A standby
+worker has `WORKER_STANDBY_QUEUE` instead of a key and a request queue: it learns both from
+its assignment (docs/protocol.md).
 """
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator
+from typing import Self
+
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from osrdyne import wire
@@ -18,9 +22,22 @@ class WorkerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="WORKER_", extra="ignore")
 
     id: str = Field(description="Unique identifier of this worker (WORKER_ID).")
-    key: str = Field(description="The worker key this worker's group serves (WORKER_KEY).")
+    key: str = Field(
+        default="",
+        description="The worker key this worker's group serves (WORKER_KEY); a standby "
+        "worker gets it from its assignment.",
+    )
     pool: str = Field(description="The worker pool (WORKER_POOL).")
-    requests_queue: str = Field(description="Queue to consume requests from.")
+    requests_queue: str = Field(
+        default="",
+        description="Queue to consume requests from; a standby worker gets it from its assignment.",
+    )
+    standby_queue: str | None = Field(
+        default=None,
+        description="Set by a driver that starts this worker as a standby "
+        "(WORKER_STANDBY_QUEUE): wait there for the assignment naming the key, take no "
+        "request before it.",
+    )
     activity_exchange: str = Field(description="Exchange activity reports are published to.")
     amqp_uri: str = Field(
         default=wire.DEFAULT_URL,
@@ -79,6 +96,15 @@ class WorkerSettings(BaseSettings):
         gt=0,
         description="Seconds to wait at start for the request queue to exist before giving up.",
     )
+
+    @model_validator(mode="after")
+    def _keyed_or_standby(self) -> Self:
+        if self.standby_queue is None and not (self.key and self.requests_queue):
+            raise ValueError(
+                "WORKER_KEY and WORKER_REQUESTS_QUEUE are required (or WORKER_STANDBY_QUEUE "
+                "for a standby worker)"
+            )
+        return self
 
     @field_validator("amqp_uri")
     @classmethod

@@ -1,12 +1,14 @@
 """The worker: consume a group's queue, run handlers, reply, ack, report activity.
 
 Life of a worker: publish `started`, run the startup hooks (load what the key names), wait for
-the request queue, consume it, publish `ready`. Each request is checked (its protocol headers
-must be what the protocol allows, else it is answered `invalid_request`), handled under a time
-limit (`watchdog`), replied to (`replies`) and only then acked. On SIGTERM it stops
-consuming, gives in-flight requests `drain_timeout` to finish, and closes; whatever was
-abandoned is requeued by the broker and said in the log. A worker whose handler thread wedges
-ends itself (`Worker.abort`), so its driver restarts it.
+the request queue, consume it, publish `ready`. A standby worker (`WORKER_STANDBY_QUEUE`)
+first waits, connected, for the assignment naming its key, then lives the same life.
+
+Each request is checked (its protocol headers must be what the protocol allows, else it is
+answered `invalid_request`), handled under a time limit (`watchdog`), replied to (`replies`)
+and only then acked. On SIGTERM it stops consuming, gives in-flight requests `drain_timeout`
+to finish, and closes; whatever was abandoned is requeued by the broker and said in the log.
+A worker whose handler thread wedges ends itself (`Worker.abort`), so its driver restarts it.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ class Worker:
         #: Whatever startup hooks load for the key (a dataset, a model...): free for users.
         self.state: dict[str, Any] = {}
         self._handlers: dict[str | None, Handler] = {}
+        self._standby: list[Hook] = []
         self._startup: list[Hook] = []
         self._shutdown: list[Hook] = []
         self._threads = concurrent.futures.ThreadPoolExecutor(
@@ -97,6 +100,14 @@ class Worker:
             return fn
 
         return register
+
+    def on_standby(self, fn: F) -> F:
+        """Run `fn(worker)` on a standby worker before it is offered keys (it waits for its
+        assignment only once these are done): prepare what does not depend on the key (start
+        an engine, open a session), so that a new key pays only for what it names. A worker
+        started for its key does not run them (sync hooks run in a thread)."""
+        self._standby.append(fn)
+        return fn
 
     def on_startup(self, fn: F) -> F:
         """Run `fn(worker)` before consuming (sync hooks run in a thread)."""
@@ -161,6 +172,11 @@ class Worker:
                 s, confirmed=publisher, fast=await connection.channel(publisher_confirms=False)
             )
             await channel.set_qos(prefetch_count=s.concurrency)
+            if s.standby_queue is not None:
+                for hook in self._standby:
+                    await self._call(hook, self)
+                if not await self._await_key(connection, stop):
+                    return  # stopped while on standby
             reporter = activity.ActivityReporter(
                 publisher,
                 exchange=s.activity_exchange,
@@ -204,6 +220,53 @@ class Worker:
                 logger.warning("could not close the connection cleanly (broker unreachable?)")
             self._threads.shutdown(wait=False, cancel_futures=True)
             await asyncio.to_thread(self.metrics.close)
+
+    async def _await_key(
+        self, connection: aio_pika.abc.AbstractRobustConnection, stop: asyncio.Event
+    ) -> bool:
+        """Wait on the standby queue for the assignment naming this worker's key and request
+        queue (docs/protocol.md); False when `stop` comes first. The queue is this worker's
+        own (exclusive, auto-delete) and goes once the key is known (its channel closed), so
+        a second assignment can never reach a worker that has one. An assignment that is
+        not what the protocol says is refused and the wait goes on."""
+        s = self.settings
+        assert s.standby_queue is not None
+        assigned: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+
+        async def on_assignment(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+            found = wire.read_assignment(message.body, pool=s.pool)
+            if isinstance(found, str) or assigned.done():
+                logger.warning("worker %s refuses an assignment: %s", s.id, found)
+                await message.reject(requeue=False)
+                return
+            await message.ack()
+            assigned.set_result(found)
+
+        channel = await connection.channel()
+        stopped: asyncio.Future[object] = asyncio.ensure_future(stop.wait())
+        try:
+            await channel.set_qos(prefetch_count=1)
+            queue = await channel.declare_queue(
+                s.standby_queue,
+                exclusive=True,
+                auto_delete=True,
+                arguments={"x-queue-type": "classic"},
+            )
+            await queue.consume(on_assignment)
+            logger.info("worker %s of pool %r on standby", s.id, s.pool)
+            await asyncio.wait([assigned, stopped], return_when=asyncio.FIRST_COMPLETED)
+            if not assigned.done():
+                return False
+        finally:
+            # Closing the channel cancels the consumer, and the auto-delete queue goes.
+            stopped.cancel()
+            with contextlib.suppress(*_BROKER_GONE):
+                await channel.close()
+        found = assigned.result()
+        assert isinstance(found, wire.Assignment)
+        s.key, s.requests_queue = found
+        logger.info("standby worker %s takes key %r", s.id, s.key)
+        return True
 
     async def _consume(
         self,

@@ -29,7 +29,7 @@ import aio_pika.abc
 import httpx
 
 from drivers import registry
-from drivers.base import Describes, Driver, PoolContext, WorkerInfo
+from drivers.base import Describes, Driver, PoolContext, Standby, WorkerInfo
 from osrdyne import wire
 from osrdyne.controller import _aiotasks, _leadership, _session, _topology
 from osrdyne.controller._history import KeyHistory
@@ -258,6 +258,8 @@ class Controller:
             _aiotasks.guarded(session.broker_limits.run(), name="broker limits", on_death=died),
         ]
         self.session = session
+        if isinstance(self.driver, Standby):
+            self.driver.attach(session.assign)
         try:
             # Dead letters and activity first: orphans (which start groups) are taken only
             # once the controller can answer their dead letters and hear from their workers.
@@ -279,6 +281,8 @@ class Controller:
             finally:
                 self._became_leader.clear()
                 self.session = None
+                if isinstance(self.driver, Standby):
+                    self.driver.attach(None)
                 await _aiotasks.stop_all(tasks)
 
     async def _watch_gauges(self, fast_path: FastPathEstimate) -> None:
@@ -303,6 +307,8 @@ class Controller:
                 generation - session.group_loop.reached.value
             )
             self._limit_gauges(session)
+            if isinstance(self.driver, Standby):
+                self.metrics.standby_workers.set(len(self.driver.standby_workers()))
 
     def _limit_gauges(self, session: Session) -> None:
         """The caps on new keys and the broker's limits, as gauges."""
@@ -478,6 +484,9 @@ class Controller:
         )
         doc.broker = session.admission.broker_report()
         doc.admission = session.admission.report()
+        if isinstance(self.driver, Standby):
+            doc.standby_workers = [_worker(w) for w in self.driver.standby_workers()]
+            doc.admission.standby = len(doc.standby_workers)
         return doc
 
     @staticmethod

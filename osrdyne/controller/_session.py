@@ -17,9 +17,11 @@ import dataclasses
 import logging
 from collections.abc import Mapping
 
+import aio_pika
 import aio_pika.abc
+import aio_pika.exceptions
 
-from drivers.base import Capacity, Driver
+from drivers.base import Assign, Capacity, Driver
 from osrdyne import wire
 from osrdyne.controller import _topology
 from osrdyne.controller._activity import ActivityProcessor
@@ -67,6 +69,8 @@ class Session:
     consumers: tuple[QueueConsumer, ...]
     #: The broker's queue and binding events (a queue deleted behind the loop's back).
     events: BrokerEvents
+    #: Gives a key to a standby worker (for a driver that keeps them, `drivers.base.Standby`).
+    assign: Assign
 
     def warm(self, key: str, *, by: str) -> int:
         """Require the group of `key` as its first orphan would, without a request; return
@@ -189,6 +193,26 @@ async def build(
         history=history,
         publisher=publisher,
     )
+
+    async def assign(standby_queue: str, key: str) -> bool:
+        """Publish the assignment of `key` to a standby worker's queue (docs/protocol.md):
+        mandatory and confirmed, so a queue that does not exist (the worker is not waiting)
+        is known at once, and the driver starts a worker for the key instead."""
+        message = aio_pika.Message(
+            wire.assignment(names, key), content_type=wire.ASSIGNMENT_CONTENT_TYPE
+        )
+
+        async def send(channel: aio_pika.abc.AbstractChannel) -> None:
+            await channel.default_exchange.publish(
+                message, routing_key=standby_queue, mandatory=True
+            )
+
+        try:
+            await publisher.publish(send, retry=False)
+        except aio_pika.exceptions.PublishError:  # returned: no such standby queue
+            return False
+        return True
+
     return Session(
         adopted=adopted,
         tracker=tracker,
@@ -202,4 +226,5 @@ async def build(
         stop_drain=s.groups.stop_drain,
         consumers=(dead_letters, activity, orphans),
         events=BrokerEvents(connection, names=names, vhost=api.vhost, queue_loop=queue_loop),
+        assign=assign,
     )

@@ -151,6 +151,9 @@ class AdmissionReport(_Model):
     max_groups: int | None = None
     #: Most groups the driver can run (None: it sets no limit).
     driver_capacity: int | None = None
+    #: Standby workers the driver keeps running, not yet keyed (they count against its
+    #: capacity); None: a driver without standby workers.
+    standby: int | None = None
     #: New request queues the broker can still take before its headroom, estimated from the
     #: last reading and the groups admitted since (None: unknown).
     broker_room: int | None = None
@@ -196,6 +199,8 @@ class StatusDocument(_Model):
     broker_nodes: list[NodeReport] = pydantic.Field(default_factory=list)
     #: Leader only: the caps on new keys and their use.
     admission: AdmissionReport | None = None
+    #: Leader only, a driver that keeps standby workers: those not yet keyed.
+    standby_workers: list[WorkerInfo] | None = None
 
 
 class GroupSort(enum.StrEnum):

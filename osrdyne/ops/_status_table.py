@@ -75,6 +75,8 @@ def limits(doc: StatusDocument) -> list[Text]:
             caps.append(f"max_groups {admission.max_groups}")
         if admission.driver_capacity is not None:
             caps.append(f"driver capacity {admission.driver_capacity}")
+        if admission.standby is not None:
+            caps.append(f"standby workers {admission.standby}")
         if admission.broker_room is not None:
             caps.append(f"room for {admission.broker_room} new queue(s) on the broker")
         state = f"refusing new keys: {admission.refusing}" if admission.refusing else "admitting"

@@ -99,6 +99,11 @@ class ControllerMetrics:
             ["loop"],
             registry=r,
         )
+        self.standby_workers = Gauge(
+            "osrdyne_standby_workers",
+            "Standby workers the driver keeps running, not yet keyed (a new key takes one).",
+            registry=r,
+        )
         self.leader = Gauge(
             "osrdyne_leader", "1 while this controller is the pool's acting leader.", registry=r
         )

@@ -19,7 +19,15 @@ from osrdyne.wire._connections import (
 )
 from osrdyne.wire._deaths import Death
 from osrdyne.wire._delivery import DIRECT_REPLY_TO, reply_delivery_mode
-from osrdyne.wire._environment import WorkerEnv, worker_environment
+from osrdyne.wire._environment import (
+    ASSIGNMENT_CONTENT_TYPE,
+    Assignment,
+    WorkerEnv,
+    assignment,
+    read_assignment,
+    standby_environment,
+    worker_environment,
+)
 from osrdyne.wire._errors import ERROR_FIELDS, error_body, error_document
 from osrdyne.wire._headers import (
     MAX_RPC_PATH_BYTES,
@@ -52,6 +60,8 @@ _pamqp.apply()
 _aiormq.apply()
 
 __all__ = [
+    "ASSIGNMENT_CONTENT_TYPE",
+    "Assignment",
     "DEFAULT_URL",
     "DIRECT_REPLY_TO",
     "Death",
@@ -70,6 +80,7 @@ __all__ = [
     "Urls",
     "WorkerEnv",
     "any_queue_name",
+    "assignment",
     "connect",
     "connect_robust",
     "encodable",
@@ -80,10 +91,12 @@ __all__ = [
     "key_problem",
     "new_request_id",
     "order",
+    "read_assignment",
     "reply_delivery_mode",
     "request_id",
     "request_problem",
     "split_urls",
+    "standby_environment",
     "text",
     "trace_headers",
     "uuid7_time_ms",

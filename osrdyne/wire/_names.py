@@ -71,6 +71,10 @@ class PoolNames:
     def request_queue_prefix(self) -> str:
         return f"{self.pool}-req-"
 
+    def standby_queue(self, worker_id: str) -> str:
+        """Where a standby worker waits for its key (declared by the worker, exclusive)."""
+        return f"{self.pool}-standby-{worker_id}"
+
     def request_queue(self, key: str) -> str:
         """The request queue of a worker group: the key in the readable encoding, or the
         hashed form when that would pass 255 bytes (docs/protocol.md). Check the key with

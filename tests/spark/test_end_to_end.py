@@ -85,3 +85,39 @@ async def test_query_worker_through_osrdyne(
     traversal = await client.call(pool, "../etc", {}, timeout=120)
     assert traversal.status == "worker_error"
     assert "invalid dataset key" in traversal.json()["error"]
+
+
+async def test_a_standby_query_worker_holds_spark_and_loads_a_new_key(
+    pool: str,
+    make_controller: Callable[..., Awaitable[Any]],
+    client: Client,
+    datasets: Path,
+    tmp_path: Path,
+) -> None:
+    """With `standby = 1` the query worker starts Spark before it has a key; a new key's
+    first request is answered by that very process, which only loaded its dataset."""
+    from drivers.subprocess import SubprocessDriver
+    from osrdyne import PoolNames
+    from tests import broker
+    from tests.waiting import eventually
+
+    driver_settings = spark_driver(tmp_path, datasets)
+    driver_settings["subprocess"]["standby"] = 1
+    running = await make_controller(pool, driver=driver_settings)
+    driver = running.controller.driver
+    assert isinstance(driver, SubprocessDriver)
+    names = PoolNames(pool)
+
+    async def waiting() -> int | None:  # its standby queue exists once Spark has started
+        (worker,) = driver.standby_workers() or (None,)
+        if worker is None or worker.pid is None:
+            return None
+        async with broker.management() as http:
+            queue = names.standby_queue(worker.worker_id).replace("/", "%2F")
+            response = await http.get(f"/queues/{broker._vhost()}/{queue}")
+        return worker.pid if response.status_code == 200 else None
+
+    pid = await eventually(waiting, timeout=180, what="a standby worker with Spark started")
+    schema = await client.call(pool, "trips", path="schema", timeout=120)
+    assert schema.status == "ok" and schema.json()["rows"] == TRIPS_ROWS
+    assert [w.pid for w in driver.describe()["trips"]] == [pid]

@@ -353,6 +353,7 @@ export class PoolView {
               ["groups", number(status.admission.groups)],
               status.admission.max_groups !== null && ["max groups", number(status.admission.max_groups)],
               status.admission.driver_capacity !== null && ["driver capacity", number(status.admission.driver_capacity)],
+              status.admission.standby !== null && status.admission.standby !== undefined && ["standby workers", number(status.admission.standby)],
               status.admission.broker_room !== null && ["broker room", [number(status.admission.broker_room), " queues"]],
               status.broker && ["broker fds", ofTotal(status.broker.fd_used, status.broker.fd_total)],
               status.broker && ["broker processes", ofTotal(status.broker.proc_used, status.broker.proc_total)],
