@@ -68,6 +68,14 @@ class ActivityReporter:
     def request_finished(self) -> None:
         self._in_flight -= 1
 
+    async def loading(self) -> None:
+        """Report `loading` once per interval until cancelled: the startup hooks run (a
+        dataset, a model being loaded can take minutes), and the controller must not take
+        the group for idle and stop it before it is ready."""
+        while True:
+            await asyncio.sleep(self._interval)
+            await self._send_quietly(Event.LOADING)
+
     async def run(self) -> None:
         """Flush folded reports once per interval while there is activity."""
         while True:
@@ -82,9 +90,9 @@ class ActivityReporter:
         self._sending.add(task)
         task.add_done_callback(self._sending.discard)
 
-    async def _send_quietly(self) -> None:
+    async def _send_quietly(self, event: Event = Event.REQUEST_RECEIVED) -> None:
         try:
-            await self.emit(Event.REQUEST_RECEIVED)
+            await self.emit(event)
         except Exception as exc:  # a lost report only shortens the group's life; never fail
             # a request. A broker's refusal is one line; anything else gets its traceback.
             refused = wire.is_refusal(exc)

@@ -187,8 +187,12 @@ class Worker:
             self._reporter = reporter
             await self._announce(Event.STARTED)
             logger.info("worker %s started for key %r of pool %r", s.id, s.key, s.pool)
-            for hook in self._startup:
-                await self._call(hook, self)
+            loading = asyncio.create_task(reporter.loading(), name="activity-loading")
+            try:
+                for hook in self._startup:
+                    await self._call(hook, self)
+            finally:
+                loading.cancel()
             queue, tag = await self._consume(connection, channel)
             await self._announce(Event.READY)
             heartbeat = asyncio.create_task(reporter.run(), name="activity-heartbeat")

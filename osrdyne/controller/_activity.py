@@ -80,7 +80,7 @@ class ActivityProcessor(QueueConsumer):
         self._metrics.activity.labels(event).inc()
         self.last_seen[key] = time.time()
         now = self._clock()
-        if event != wire.Event.REQUEST_RECEIVED:
+        if event not in (wire.Event.REQUEST_RECEIVED, wire.Event.LOADING):
             self._worker_event(
                 key, event, wire.text((message.headers or {}).get(wire.Header.WORKER_ID))
             )

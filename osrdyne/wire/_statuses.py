@@ -33,5 +33,8 @@ class Event(enum.StrEnum):
     """Values of `x-event` on an activity report."""
 
     STARTED = "started"
+    #: Still loading what its key names (between `started` and `ready`), once per interval:
+    #: a long load keeps its group alive.
+    LOADING = "loading"
     READY = "ready"
     REQUEST_RECEIVED = "request-received"

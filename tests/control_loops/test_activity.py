@@ -75,6 +75,23 @@ async def test_a_report_keeps_its_group_active(
     assert tracker.state.value.groups == {"k": GroupStatus.UNBOUND}
 
 
+async def test_loading_reports_keep_a_starting_group_active_without_a_line_each(
+    processor: ActivityProcessor,
+    tracker: PoolStateTracker,
+    clock: Clock,
+    metrics: ControllerMetrics,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    tracker.require("k")
+    for _ in range(6):  # a load of 30 s, three times unbind_delay, reported every 5 s
+        clock.advance(5)
+        await processor.handle(report("k", "loading"))  # type: ignore[arg-type]
+        tracker.advance()
+        assert tracker.state.value.groups == {"k": GroupStatus.ACTIVE}
+    assert counted(metrics, "osrdyne_activity_events_total", event="loading") == 6
+    assert not [r for r in caplog.records if "loading" in r.getMessage()]
+
+
 async def test_reports_closer_than_the_fold_become_one_update(
     processor: ActivityProcessor,
     tracker: PoolStateTracker,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import urllib.parse
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -222,6 +223,26 @@ async def test_activity_reports_are_rate_limited(harness: Any) -> None:
     await eventually(lambda: "request-received" in h.activity, what="folded report")
     assert h.activity[:2] == ["started", "ready"]
     assert 1 <= h.activity.count("request-received") < 10
+
+
+def slow_start_worker(settings: WorkerSettings) -> Worker:
+    worker = echo_worker(settings)
+
+    @worker.on_startup
+    def load(_: Worker) -> None:  # a dataset or a model that takes a while (in a thread)
+        time.sleep(2.2)
+
+    return worker
+
+
+async def test_a_long_startup_reports_loading_until_ready(harness: Any) -> None:
+    h = await harness(slow_start_worker, activity_interval=0.5)
+    events = list(h.activity)
+    assert events[0] == "started" and "ready" in events
+    loading = events[1 : events.index("ready")]
+    # Once per interval while the hook ran: the controller sees the group used all along.
+    assert loading and set(loading) == {"loading"}, events
+    assert (await h.call(b"hi")).body == b"hi"
 
 
 async def test_client_stream_yields_progress_then_the_answer(
