@@ -5,8 +5,9 @@ deleted, binding added or removed, connection opened or closed... to the topic e
 `amq.rabbitmq.event` (routing key = the event, properties in the headers). The controller
 listens to queue deletions and binding removals: one of the pool's request queues deleted, or
 unbound from the request exchange, by someone else than the request-queue loop (an operator,
-a policy, a crashed node's cleanup) makes the loop list the queues again at once and make
-again what is missing, instead of at its next listing (`groups.loop_interval`).
+a policy, a crashed node's cleanup) makes the loop declare or bind that queue again at once,
+without listing every queue (the cost of a repair does not grow with the pool's keys), instead
+of at its next listing (`groups.loop_interval`); a name it cannot place makes it list.
 
 Without the plugin the exchange does not exist: the controller says so once and relies on its
 listings, as before. The events come from the broker, but their headers are still read as
@@ -90,11 +91,12 @@ class BrokerEvents:
         headers = message.headers or {}
         if wire.text(headers.get("vhost")) != self._vhost:
             return
-        if message.routing_key == "queue.deleted":
+        deleted = message.routing_key == "queue.deleted"
+        if deleted:
             name = wire.text(headers.get("name"))
         elif wire.text(headers.get("source_name")) == self._names.request_exchange:
             name = wire.text(headers.get("destination_name"))
         else:
             return
         if name and name.startswith(self._names.request_queue_prefix):
-            self._queue_loop.queue_changed(name)
+            self._queue_loop.queue_changed(name, deleted=deleted)

@@ -39,6 +39,8 @@ logger = logging.getLogger(__name__)
 
 #: Seconds a deletion or unbinding of this loop's own is told apart from others' by name.
 _OWN_EVENTS_FOR = 60.0
+#: Seconds between a request queue deleted by someone else and the loop making it again.
+_DELETED_GRACE = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,6 +105,11 @@ class RequestQueueLoop:
         self.pokes = 0
         #: Someone else changed the pool's queues (a broker event): list them again now.
         self._poked = asyncio.Event()
+        #: Keys whose queue a broker event says was deleted (True) or unbound (False) by
+        #: someone else: repaired on the next pass without listing every queue.
+        self._repairs: dict[str, bool] = {}
+        #: Broker events that needed a full listing (a name this loop could not place).
+        self.repairs = 0
         #: Queue names this loop deleted or unbound lately (their events are its own).
         self._own: collections.OrderedDict[str, float] = collections.OrderedDict()
         self.reached: Watch[QueuesReached] = Watch(
@@ -140,6 +147,10 @@ class RequestQueueLoop:
                     continue
                 wait = min(self._interval, 1.0) if errors else self._interval
                 if await self._wait_change(version, min(wait, next_listing)):
+                    self._repair(actual)
+                    continue
+                if self._repairs:
+                    self._repair(actual)  # the queues an event named: no listing of all
                     continue
                 actual = await self._list()
                 listed_at = time.monotonic()
@@ -163,12 +174,50 @@ class RequestQueueLoop:
             return False
         return changed in done
 
-    def queue_changed(self, name: str) -> None:
-        """A broker event: queue `name` was deleted or unbound. Unless this loop did it, its
-        queues are listed again at once (and what is missing is made again)."""
-        if name not in self._own:
-            self.pokes += 1
+    def queue_changed(self, name: str, *, deleted: bool = True) -> None:
+        """A broker event: queue `name` was deleted (or unbound, `deleted=False`). Unless this
+        loop did it, the queue is made (or bound) again at once: only that one when its key
+        is known, else after listing every queue."""
+        if name in self._own:
+            return
+        self.pokes += 1
+        key = self._key_of(name)
+        if key is None:
+            self.repairs += 1  # unknown name: list everything (the anti-entropy pass)
             self._poked.set()
+        elif deleted:
+            # Made again only after a grace: RabbitMQ (3.10) can leave a consumer of the
+            # deleted quorum queue attached, without its `basic.cancel`, to a queue of the
+            # same name declared within milliseconds, and deliveries to it are never seen
+            # by the worker (its consumer is restored only after the cancel).
+            asyncio.get_running_loop().call_later(_DELETED_GRACE, self._repair_later, key)
+        else:
+            self._repair_later(key, deleted=False)
+
+    def _repair_later(self, key: str, *, deleted: bool = True) -> None:
+        self._repairs[key] = self._repairs.get(key, False) or deleted
+        self._poked.set()
+
+    def _key_of(self, name: str) -> str | None:
+        """The key of one of the pool's request queues by its name: the last listing's
+        figures, or the name itself when it is the readable form."""
+        key = self._names.key_of_queue(name)
+        if key is not None and self._queue_name(key) == name:
+            return key
+        for candidate in self._tracker.state.value.groups:  # a hashed name: one pass of keys
+            if self._queue_name(candidate) == name:
+                return candidate
+        return None
+
+    def _repair(self, actual: dict[str, GroupStatus]) -> None:
+        """What broker events said someone else did to `actual`: a deleted queue is gone, an
+        unbound one is unbound, so the next pass declares or binds it again."""
+        repairs, self._repairs = self._repairs, {}
+        for key, deleted in repairs.items():
+            if deleted:
+                actual.pop(key, None)
+            elif actual.get(key) is GroupStatus.ACTIVE:
+                actual[key] = GroupStatus.UNBOUND
 
     def _mine(self, name: str) -> None:
         """This loop deletes or unbinds `name` now (forgotten after `_OWN_EVENTS_FOR`)."""

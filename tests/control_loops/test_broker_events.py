@@ -28,17 +28,57 @@ async def test_a_queue_deleted_by_hand_is_made_again_from_the_event(
     running = await make_controller(pool, groups={"loop_interval": 3600})
     session = running.controller.session
     assert session is not None and session.events.available, "the event exchange is missing"
+    # A readable name, and a key too long for one (its queue's name is hashed).
+    keys = ["k", "lang/" + "é" * 100]
+    assert wire.PoolNames(pool).key_of_queue(wire.PoolNames(pool).request_queue(keys[1])) is None
+    for key in keys:
+        assert (await client.call(pool, key, b"before", timeout=60)).ok
+    listings = session.queue_loop.listings
+    for key in keys:
+        name = wire.PoolNames(pool).request_queue(key)
+        received = session.events.received
+        async with broker.management() as http:
+            deleted = await http.delete(f"/queues/%2F/{urllib.parse.quote(name, safe='')}")
+            assert deleted.status_code in (200, 204)
+        await eventually(
+            lambda received=received: session.events.received > received,  # type: ignore[misc]
+            what="the event heard",
+        )
+        # Well within the listing interval: the event made the loop create it again, bound
+        # to the request exchange with its key...
+        await eventually(
+            lambda name=name, key=key: bound(name, pool, key),  # type: ignore[misc]
+            what="the queue made again",
+            timeout=30,
+        )
+        # ...and its worker consumes it again (its consumer was cancelled by the deletion:
+        # the queue is made again only after a grace, see _queue_loop._DELETED_GRACE).
+        assert (await client.call(pool, key, b"after", timeout=60)).ok
+    assert session.queue_loop.pokes >= 2  # the deletions, and their bindings'
+    # ...without listing every queue of the pool: only the named queue was repaired.
+    assert session.queue_loop.listings == listings
+    assert session.queue_loop.repairs == 0
+
+
+async def test_a_binding_removed_by_hand_is_bound_again_from_the_event(
+    make_controller: Callable[..., Awaitable[Running]], pool: str, client: Client
+) -> None:
+    running = await make_controller(pool, groups={"loop_interval": 3600})
+    session = running.controller.session
+    assert session is not None and session.events.available
     assert (await client.call(pool, "k", b"before", timeout=60)).ok
-    name = wire.PoolNames(pool).request_queue("k")
-    received = session.events.received
+    names = wire.PoolNames(pool)
+    name = names.request_queue("k")
+    listings = session.queue_loop.listings
     async with broker.management() as http:
-        deleted = await http.delete(f"/queues/%2F/{urllib.parse.quote(name, safe='')}")
-        assert deleted.status_code in (200, 204)
-    await eventually(lambda: session.events.received > received, what="the event heard")
-    # Well within the listing interval: the event made the loop list and create it again,
-    # bound to the request exchange with its key.
-    await eventually(lambda: bound(name, pool, "k"), what="the queue made again", timeout=30)
-    assert session.queue_loop.pokes >= 1  # its deletion, and its binding's
+        path = (
+            f"/bindings/%2F/e/{urllib.parse.quote(names.request_exchange, safe='')}"
+            f"/q/{urllib.parse.quote(name, safe='')}/k"
+        )
+        removed = await http.delete(path)
+        assert removed.status_code in (200, 204), removed.text
+    await eventually(lambda: bound(name, pool, "k"), what="the queue bound again", timeout=30)
+    assert session.queue_loop.listings == listings
 
 
 async def test_the_loops_own_deletions_do_not_make_it_list_again(
