@@ -1,0 +1,404 @@
+"""The systemd driver, against a real systemd: PID 1 of a systemd-nspawn container that
+`scripts/ensure_systemd.sh` boots (no systemd runs as PID 1 on these machines), reached on
+its system bus from this host. Workers are units of deploy/systemd/osrdyne-worker@.service
+(one test drop-in: this interpreter as ExecStart) and reach the broker on the shared network.
+
+The instance names are checked against the real `systemd-escape`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from drivers import base, registry
+from drivers import systemd as sd
+from osrdyne import Client
+from osrdyne.controller import Controller
+from tests.conftest import controller_settings
+from tests.drivers.conftest import SystemdHost
+
+pytestmark = pytest.mark.timeout(300)
+
+HOSTILE_KEYS = [
+    "a",
+    "infra/42",
+    "Infra/42 é — spaces & ünïcode",
+    '"$HOME" ${WORKER_POOL} $$ `id` \\ \' %i %% *?[x]',
+    "-leading-dash",
+    ".hidden",
+    "../../etc/passwd",
+    "a-b",
+    "ax2db",
+    "a\\x2db",
+    "0xff",
+    "key with trailing space ",
+    "k" * 255,
+    "é" * 127,
+    "x/" * 127,
+]
+
+needs_systemd_escape = pytest.mark.skipif(
+    shutil.which("systemd-escape") is None, reason="systemd-escape (package systemd) is missing"
+)
+
+
+def systemd_escape(*args: str) -> str:
+    """What `systemd-escape ARGS... -- TEXT` prints for one TEXT (its last argument)."""
+    done = subprocess.run(["systemd-escape", *args], capture_output=True, check=True, timeout=30)
+    out: str = done.stdout.decode("utf-8", "surrogateescape")
+    return out.removesuffix("\n")
+
+
+# -- names ---------------------------------------------------------------------------------
+
+
+@needs_systemd_escape
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.text(alphabet=st.characters(blacklist_categories=["Cs"], min_codepoint=1), min_size=1))
+def test_escape_is_systemd_escape_and_round_trips(text: str) -> None:
+    escaped = systemd_escape("--", text)
+    assert sd.escape(text) == escaped
+    assert sd.unescape(escaped) == text
+    back = systemd_escape("--unescape", "--", escaped)
+    assert back == text
+
+
+@needs_systemd_escape
+def test_readable_instances_are_systemd_escape_of_pool_and_key() -> None:
+    limit = sd.MAX_UNIT_NAME - len("osrdyne-worker@.service")
+    for key in ["a", "infra/42", "Infra/42 é — spaces & ünïcode", ".hidden", "a-b"]:
+        instance = sd.instance_name("core", key, limit=limit)
+        unit = systemd_escape("--template=osrdyne-worker@.service", "--", f"core/{key}")
+        assert f"osrdyne-worker@{instance}.service" == unit
+        unescaped = systemd_escape("--unescape", "--", instance)
+        assert unescaped == f"core/{key}"
+
+
+def test_long_and_glob_ambiguous_keys_are_hashed() -> None:
+    limit = sd.MAX_UNIT_NAME - len("osrdyne-worker@.service")
+    for key in ["k" * 255, "é" * 127, "0xff", "ax2db", "x/" * 127]:
+        instance = sd.instance_name("core", key, limit=limit)
+        assert sd.HASH_MARK in instance and instance.endswith(sd.key_hash(key)), instance
+        assert len(instance) <= limit
+        assert (
+            sd.unescape(instance.removeprefix("core-"), leading=False) is None
+        )  # never read as a key
+    # 'a-b' and 'ax2db' would open the same file ('ax2db.env') if both were readable.
+    assert sd.instance_name("core", "a-b", limit=limit) == "core-a\\x2db"
+    assert sd.file_stem(sd.instance_name("core", "a-b", limit=limit)) != sd.file_stem(
+        sd.instance_name("core", "ax2db", limit=limit)
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.text(
+            alphabet=st.sampled_from(list("ax2dbf0/-\\.é ")) | st.characters(min_codepoint=32),
+            min_size=1,
+            max_size=80,
+        ),
+        min_size=2,
+        max_size=6,
+        unique=True,
+    )
+)
+def test_distinct_keys_get_distinct_units_and_environment_files(keys: list[str]) -> None:
+    limit = sd.MAX_UNIT_NAME - len("osrdyne-worker@.service")
+    instances = {sd.instance_name("core", key, limit=limit) for key in keys}
+    assert len(instances) == len(keys)
+    assert len({sd.file_stem(i) for i in instances}) == len(keys)
+    for instance in instances:
+        assert len(instance) <= limit
+        assert sd._UNIT_NAME_CHARS.match(instance)
+
+
+def test_hostile_keys_get_distinct_valid_names() -> None:
+    limit = sd.MAX_UNIT_NAME - len("osrdyne-worker@.service")
+    instances = [sd.instance_name("core", key, limit=limit) for key in HOSTILE_KEYS]
+    assert len(set(instances)) == len(HOSTILE_KEYS)
+    assert len({sd.file_stem(i) for i in instances}) == len(HOSTILE_KEYS)
+    for instance in instances:
+        assert sd._UNIT_NAME_CHARS.match(instance) and "/" not in sd.file_stem(instance)
+        assert not sd.file_stem(instance).startswith(".")
+
+
+def test_pools_that_cannot_name_units_are_refused() -> None:
+    context = base.PoolContext(pool="box2d", amqp_uri="amqp://localhost")
+    with pytest.raises(base.DriverConfigurationError, match="hex digits"):
+        sd.SystemdDriver(context, sd.SystemdSettings())
+    context = base.PoolContext(pool="p-" * 60, amqp_uri="amqp://localhost")
+    with pytest.raises(base.DriverConfigurationError, match="too long"):
+        sd.SystemdDriver(context, sd.SystemdSettings())
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"bus_address": "tcp:host=10.0.0.1,port=1"},
+        {"bus_address": "unix:path=relative"},
+        {"bus_address": "unix:path=/a;unix:path=/b"},
+        {"template": "osrdyne-worker.service"},
+        {"template": "../evil@.service"},
+        {"template": "a@b@.service"},
+        {"environment_directory": "relative/dir"},
+        {"environment_directory": "/run/../etc"},
+        {"environment": {"BAD NAME": "x"}},
+        {"environment": {"X": "line\nbreak"}},
+        {"environment": {"X": "\ufffe"}},
+        {"max_groups": 0},
+        {"unknown": 1},
+    ],
+)
+def test_settings_refuse_hostile_values(options: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        registry.parse_sections({"systemd": options})
+
+
+def test_registered_and_its_defaults_work() -> None:
+    assert registry.KINDS["systemd"].settings is sd.SystemdSettings
+    driver = registry.make_driver(
+        "systemd", {}, base.PoolContext(pool="core", amqp_uri="amqp://localhost")
+    )
+    assert isinstance(driver, sd.SystemdDriver)
+    assert isinstance(driver, base.Describes | base.Upgrades | base.Capacity)
+
+
+# -- against the real systemd ------------------------------------------------------------
+
+
+def listed_units(host: SystemdHost, pattern: str = "osrdyne-worker@*") -> set[str]:
+    done = host.systemctl("list-units", "--all", "--plain", "--no-legend", pattern)
+    assert done.returncode == 0, done.stderr
+    return {line.split()[0] for line in done.stdout.splitlines() if line.strip()}
+
+
+async def eventually(check: Any, what: str, *, seconds: float = 60) -> Any:
+    """Poll `check()` (sync or async) until it returns something truthy, bounded."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while True:
+        result = check()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return result
+        if asyncio.get_running_loop().time() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        await asyncio.sleep(0.2)
+
+
+async def test_start_list_describe_stop_with_hostile_keys(
+    systemd_driver: Any, systemd_host: SystemdHost, pool_name: str
+) -> None:
+    driver = systemd_driver()
+    keys = ['"$HOME" ${WORKER_POOL} `id` \\ \'', "0xff", "k" * 255]
+    for key in keys:
+        await driver.start(key)
+        await driver.start(key)  # idempotent
+    assert await driver.list() == set(keys)
+    assert driver.outdated() == set()
+    units = listed_units(systemd_host)
+    files = set()
+    for key in keys:
+        unit = driver.unit_name(key)
+        assert unit in units
+        assert len(unit) <= sd.MAX_UNIT_NAME
+        path = driver.environment_file(key)
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        variables = sd._read_environment(path)
+        assert variables is not None and variables["WORKER_KEY"] == key
+        assert variables["WORKER_POOL"] == pool_name
+        files.add(path)
+        # The unit's own environment (read by systemd from the file) holds exactly this key.
+        shown = systemd_host.systemctl("show", "-p", "MainPID", "--value", unit)
+        main_pid = await eventually(
+            lambda unit=unit: _main_pid(systemd_host, unit), f"the main process of {unit}"
+        )
+        environ = _environ(systemd_host, main_pid)
+        assert environ["WORKER_KEY"] == key, shown
+        assert environ["WORKER_ID"] == sd.names.object_name(pool_name, key)
+    # One file per instance, and no file holds another group's key.
+    assert len(files) == len(keys)
+    for path in files:
+        text = path.read_text()
+        assert sum(sd._quote(k) in text for k in keys) == 1
+    described = driver.describe()
+    assert set(described) == set(keys)
+    for key, (info,) in described.items():
+        assert info.name == driver.unit_name(key)
+        assert info.restarts == 0
+
+    # A fresh driver (a restarted controller) adopts the units, hashed names included.
+    other = systemd_driver()
+    assert await other.list() == set(keys)
+
+    for key in keys:
+        await driver.stop(key)
+        await driver.stop(key)  # idempotent
+        assert not driver.environment_file(key).exists()
+    assert await driver.list() == set()
+    await eventually(
+        lambda: not any(driver.unit_name(k) in listed_units(systemd_host) for k in keys),
+        "the stopped units to go",
+    )
+
+
+def _main_pid(host: SystemdHost, unit: str) -> int:
+    done = host.systemctl("show", "-p", "MainPID", "--value", unit)
+    return int(done.stdout.strip() or 0)
+
+
+def _environ(host: SystemdHost, pid: int) -> dict[str, str]:
+    """The environment of process `pid` of the container (its own pid namespace)."""
+    done = subprocess.run(
+        ["nsenter", "-t", str(host.leader), "-a", "cat", f"/proc/{pid}/environ"],
+        capture_output=True,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    pairs = [item.split(b"=", 1) for item in done.stdout.split(b"\0") if b"=" in item]
+    return {k.decode(): v.decode() for k, v in pairs}
+
+
+async def test_a_killed_worker_is_restarted_by_systemd_and_counted(
+    systemd_driver: Any, systemd_host: SystemdHost
+) -> None:
+    driver = systemd_driver()
+    key = "crash/me"
+    await driver.start(key)
+    unit = driver.unit_name(key)
+    first = await eventually(lambda: _main_pid(systemd_host, unit), "the worker's process")
+    await driver.list()
+    killed = systemd_host.systemctl("kill", "--kill-whom=main", "--signal=SIGKILL", unit)
+    assert killed.returncode == 0, killed.stderr
+
+    async def restarted() -> base.WorkerInfo | None:
+        await driver.list()
+        (info,) = driver.describe().get(key, (None,))
+        return info if info is not None and info.restarts >= 1 and info.pid else None
+
+    info = await eventually(restarted, "systemd to restart the worker")
+    assert info.restarts == 1
+    assert info.last_exit == -9  # SIGKILL, as systemd reported it
+    assert info.pid != first
+    assert await driver.list() == {key}
+    assert driver.outdated() == set()
+
+
+async def test_a_new_version_restarts_the_unit_with_its_new_environment(
+    systemd_driver: Any, systemd_host: SystemdHost
+) -> None:
+    key = "upgrade"
+    old = systemd_driver(environment={"FLAVOUR": "old"})
+    await old.start(key)
+    unit = old.unit_name(key)
+    first = await eventually(lambda: _main_pid(systemd_host, unit), "the worker's process")
+    new = systemd_driver(environment={"FLAVOUR": "new"})
+    assert new.version != old.version
+    assert await new.list() == {key}
+    assert new.outdated() == {key}
+    await new.start(key)
+    second = await eventually(
+        lambda: (pid := _main_pid(systemd_host, unit)) != first and pid, "the new process"
+    )
+    assert _environ(systemd_host, second)["FLAVOUR"] == "new"
+    assert await new.list() == {key}
+    assert new.outdated() == set()
+    assert await old.list() == {key} and old.outdated() == {key}
+
+
+async def test_failures_are_answered(systemd_driver: Any, tmp_path: Path) -> None:
+    missing = systemd_driver(template="osrdyne-missing@.service")
+    with pytest.raises(base.DriverRejected, match="osrdyne-missing@"):
+        await missing.start("k")
+    nowhere = systemd_driver(bus_address=f"unix:path={tmp_path}/no-bus")
+    with pytest.raises(base.DriverUnavailable):
+        await nowhere.list()
+    with pytest.raises(base.DriverRejected, match="noncharacter"):
+        await systemd_driver().start("bad\ufdd0key")
+    with pytest.raises(base.DriverRejected, match="empty"):
+        await systemd_driver().start("")
+
+
+# -- end to end ----------------------------------------------------------------------------
+
+
+async def test_a_controller_with_the_systemd_driver_answers_two_keys(
+    pool: str,
+    tmp_path: Path,
+    client: Client,
+    systemd_host: SystemdHost,
+    systemd_driver: Any,
+    amqp_uri: str,
+    repo: Path,
+) -> None:
+    """Done-when of issue 21: two keys answered by units of the real systemd, shown by
+    `systemctl list-units 'osrdyne-worker@*'`, gone once their groups stop."""
+    keys = ["Infra/42 é — spaces & ünïcode", "second"]
+    options = {
+        "bus_address": systemd_host.bus,
+        "environment": {
+            "PYTHONPATH": str(repo),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "WORKER_ACTIVITY_INTERVAL": "0.5",
+            "WORKER_DRAIN_TIMEOUT": "2",
+        },
+    }
+    settings = controller_settings(
+        pool,
+        tmp_path,
+        amqp={"worker_url": amqp_uri},
+        groups={"unbind_delay": 3, "stop_delay": 3},
+        driver={"kind": "systemd", "systemd": options},
+    )
+    controller = Controller(settings)
+    assert isinstance(controller.driver, sd.SystemdDriver)
+    driver = controller.driver
+    task = asyncio.create_task(controller.run(), name=f"controller {pool}")
+    try:
+        await asyncio.wait_for(controller.wait_leader(), 30)
+        for key in keys:
+            answer = await client.call(pool, key, b"hi " + key.encode(), timeout=90)
+            assert answer.ok, answer
+            assert answer.body == b"hi " + key.encode()
+            who = json.loads((await client.call(pool, key, path="whoami", timeout=60)).body)
+            assert who["key"] == key
+        units = listed_units(systemd_host)
+        assert {driver.unit_name(k) for k in keys} <= units
+        # Idle groups stop (two stages): their units and environment files go.
+        await eventually(
+            lambda: not ({driver.unit_name(k) for k in keys} & listed_units(systemd_host)),
+            "the idle groups' units to go",
+            seconds=120,
+        )
+        assert not any(driver.environment_file(k).exists() for k in keys)
+    finally:
+        controller.stop()
+        await asyncio.wait_for(task, 60)
+        # Whatever the test left, the fixture's clean-up finds it through a driver of the pool.
+        systemd_driver(pool=pool)
+
+
+def test_worker_template_is_hardened_and_reads_its_instance_file() -> None:
+    template = Path(__file__).resolve().parents[2] / "deploy/systemd/osrdyne-worker@.service"
+    text = template.read_text()
+    for line in [
+        "EnvironmentFile=/run/osrdyne/workers/%i.env",
+        "Restart=on-failure",
+        "DynamicUser=yes",
+        "NoNewPrivileges=yes",
+        "ProtectSystem=strict",
+        "PrivateTmp=yes",
+    ]:
+        assert line in text.splitlines(), line
+    assert sd.SystemdSettings().environment_directory == "/run/osrdyne/workers"
