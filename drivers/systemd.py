@@ -561,7 +561,8 @@ class SystemdDriver:
 
     async def _units(self) -> _Units:
         """The pool's loaded units with their states and service properties."""
-        pattern = (self._prefix + self._head).replace("\\", "\\\\") + "*.service"
+        # systemd matches with FNM_NOESCAPE: the backslashes of the name are literal.
+        pattern = self._prefix + self._head + "*.service"
         reply = await self._manager("ListUnitsByPatterns", "asas", [[], [pattern]])
         rows: _Body = reply[0] if reply else []
         units: _Units = [

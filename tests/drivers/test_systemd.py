@@ -220,12 +220,8 @@ async def test_start_list_describe_stop_with_hostile_keys(
         assert variables["WORKER_POOL"] == pool_name
         files.add(path)
         # The unit's own environment (read by systemd from the file) holds exactly this key.
-        shown = systemd_host.systemctl("show", "-p", "MainPID", "--value", unit)
-        main_pid = await eventually(
-            lambda unit=unit: _main_pid(systemd_host, unit), f"the main process of {unit}"
-        )
-        environ = _environ(systemd_host, main_pid)
-        assert environ["WORKER_KEY"] == key, shown
+        environ = await worker_environ(systemd_host, unit)
+        assert environ["WORKER_KEY"] == key
         assert environ["WORKER_ID"] == sd.names.object_name(pool_name, key)
     # One file per instance, and no file holds another group's key.
     assert len(files) == len(keys)
@@ -265,9 +261,23 @@ def _environ(host: SystemdHost, pid: int) -> dict[str, str]:
         capture_output=True,
         timeout=30,
     )
-    assert done.returncode == 0, done.stderr
     pairs = [item.split(b"=", 1) for item in done.stdout.split(b"\0") if b"=" in item]
     return {k.decode(): v.decode() for k, v in pairs}
+
+
+async def worker_environ(host: SystemdHost, unit: str, *, other_than: int = 0) -> dict[str, str]:
+    """The environment of the unit's worker, once it runs (a main process that has not yet
+    called exec still shows systemd's own environment), and is not process `other_than`."""
+
+    def read() -> dict[str, str] | None:
+        pid = _main_pid(host, unit)
+        if not pid or pid == other_than:
+            return None
+        environ = _environ(host, pid)
+        return {**environ, "PID": str(pid)} if "WORKER_KEY" in environ else None
+
+    found: dict[str, str] = await eventually(read, f"the worker of {unit}")
+    return found
 
 
 async def test_a_killed_worker_is_restarted_by_systemd_and_counted(
@@ -308,10 +318,8 @@ async def test_a_new_version_restarts_the_unit_with_its_new_environment(
     assert await new.list() == {key}
     assert new.outdated() == {key}
     await new.start(key)
-    second = await eventually(
-        lambda: (pid := _main_pid(systemd_host, unit)) != first and pid, "the new process"
-    )
-    assert _environ(systemd_host, second)["FLAVOUR"] == "new"
+    environ = await worker_environ(systemd_host, unit, other_than=first)
+    assert environ["FLAVOUR"] == "new"
     assert await new.list() == {key}
     assert new.outdated() == set()
     assert await old.list() == {key} and old.outdated() == {key}
