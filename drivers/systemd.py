@@ -578,6 +578,11 @@ class SystemdDriver:
         async def read(unit: _Unit) -> None:
             async with limit:
                 unit.properties = await self._properties(unit.path)
+                if unit.active_state == "failed":  # since when: a Unit property
+                    general = await self._properties(unit.path, _UNIT)
+                    unit.properties["InactiveEnterTimestamp"] = general.get(
+                        "InactiveEnterTimestamp"
+                    )
 
         await asyncio.gather(*(read(u) for u in units if u.key is not None))
         return units

@@ -325,6 +325,39 @@ async def test_a_new_version_restarts_the_unit_with_its_new_environment(
     assert await old.list() == {key} and old.outdated() == {key}
 
 
+async def test_a_crash_loop_ends_failed_and_is_started_again_after_the_delay(
+    systemd_driver: Any, systemd_host: SystemdHost
+) -> None:
+    """A worker that cannot even start (PYTHONHOME pointing nowhere: exit 1 at once) is
+    restarted by systemd until the template's start limit, then left failed; the driver
+    still lists the group, tells its last exit, and asks for a new start (outdated) only once
+    it has been failed for `failed_restart_delay`."""
+    key = "crash-loop"
+    patient = systemd_driver(environment={"PYTHONHOME": "/nonexistent"})
+    await patient.start(key)
+    unit = patient.unit_name(key)
+
+    def failed() -> bool:
+        done = systemd_host.systemctl("show", "-p", "ActiveState", "--value", unit)
+        return done.stdout.strip() == "failed"
+
+    await eventually(failed, "systemd to give up on the crash loop")
+    assert await patient.list() == {key}
+    ((info,),) = patient.describe().values()
+    assert info.last_exit == 1
+    assert info.restarts >= 1
+    waiting = systemd_driver(environment={"PYTHONHOME": "/nonexistent"}, failed_restart_delay=3600)
+    assert await waiting.list() == {key}
+    assert waiting.outdated() == set()
+    eager = systemd_driver(environment={"PYTHONHOME": "/nonexistent"}, failed_restart_delay=0)
+    assert await eager.list() == {key}
+    assert eager.outdated() == {key}
+    await eager.start(key)  # resets the failed unit and starts it again
+    assert not failed()
+    await eager.stop(key)
+    assert not eager.environment_file(key).exists()
+
+
 async def test_failures_are_answered(systemd_driver: Any, tmp_path: Path) -> None:
     missing = systemd_driver(template="osrdyne-missing@.service")
     with pytest.raises(base.DriverRejected, match="osrdyne-missing@"):
