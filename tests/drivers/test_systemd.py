@@ -13,10 +13,12 @@ import json
 import shutil
 import stat
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+import tomli_w
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -24,6 +26,7 @@ from drivers import base, registry
 from drivers import systemd as sd
 from osrdyne import Client
 from osrdyne.controller import Controller
+from osrdyne.exceptions import PoolNotFound
 from tests.conftest import controller_settings
 from tests.drivers.conftest import SystemdHost
 
@@ -428,6 +431,77 @@ async def test_a_controller_with_the_systemd_driver_answers_two_keys(
         await asyncio.wait_for(task, 60)
         # Whatever the test left, the fixture's clean-up finds it through a driver of the pool.
         systemd_driver(pool=pool)
+
+
+async def test_the_controller_unit_runs_a_pool_on_systemd(
+    pool: str,
+    client: Client,
+    systemd_host: SystemdHost,
+    systemd_driver: Any,
+    amqp_uri: str,
+    repo: Path,
+) -> None:
+    """deploy/systemd/osrdyne@.service itself, in the container, with `kind = "systemd"` on
+    the container's own system bus. Its one test drop-in: this interpreter and checkout as
+    ExecStart, and root as its user (no polkit in the container to grant the osrdyne user
+    the right to manage units)."""
+    etc = systemd_host.root / "etc"
+    units = etc / "systemd" / "system"
+    shutil.copy2(repo / "deploy" / "systemd" / "osrdyne@.service", units / "osrdyne@.service")
+    dropins = units / "osrdyne@.service.d"
+    dropins.mkdir(exist_ok=True)
+    (dropins / "50-osrdyne-tests.conf").write_text(
+        "[Service]\n"
+        "User=root\n"
+        "Group=root\n"
+        "ProtectHome=read-only\n"
+        f"Environment=PYTHONPATH={repo} PYTHONDONTWRITEBYTECODE=1\n"
+        "ExecStart=\n"
+        f"ExecStart={Path(sys.prefix) / 'bin' / 'python'} -m osrdyne run "
+        "--config /etc/osrdyne/%i.toml\n"
+    )
+    environment = {
+        "PYTHONPATH": str(repo),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "WORKER_ACTIVITY_INTERVAL": "0.5",
+    }
+    config = {
+        "pool": pool,
+        "amqp": {"url": amqp_uri},
+        "api": {"enabled": False},
+        "driver": {"kind": "systemd", "systemd": {"environment": environment}},
+    }
+    (etc / "osrdyne").mkdir(exist_ok=True)
+    (etc / "osrdyne" / f"{pool}.toml").write_text(tomli_w.dumps(config))
+    unit = f"osrdyne@{pool}.service"
+    assert systemd_host.systemctl("daemon-reload").returncode == 0
+    started = systemd_host.systemctl("start", unit)
+    assert started.returncode == 0, started.stderr
+    try:
+        key = "through/the controller unit"
+
+        async def declared() -> bool:
+            try:
+                await client.call(pool, "ping", path="whoami", timeout=120)
+            except PoolNotFound:
+                return False
+            return True
+
+        await eventually(declared, "the controller to declare its pool", seconds=120)
+        answer = await client.call(pool, key, b"hello", timeout=120)
+        assert answer.ok, answer
+        assert answer.body == b"hello"
+        driver = systemd_driver(pool=pool)
+        assert driver.unit_name(key) in listed_units(systemd_host)
+        shown = systemd_host.systemctl("show", "-p", "ActiveState", "--value", unit)
+        assert shown.stdout.strip() == "active"
+    finally:
+        stopped = systemd_host.systemctl("stop", unit)
+        log = systemd_host.systemctl("status", "--lines=30", unit)
+        (etc / "osrdyne" / f"{pool}.toml").unlink()
+        assert stopped.returncode == 0, log.stdout
+    # The worker's unit outlives the controller (the next one adopts it).
+    assert driver.unit_name(key) in listed_units(systemd_host)
 
 
 def test_worker_template_is_hardened_and_reads_its_instance_file() -> None:
