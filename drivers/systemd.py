@@ -453,8 +453,11 @@ class SystemdDriver:
             self._outdated.discard(key)
 
     async def list(self) -> set[str]:
+        listed_at = time.time()
+        busy = {key for key, lock in self._locks.items() if lock.locked()}
         with _map_errors("listing units"):
-            units = await self._units()
+            loaded, units = await self._units()
+        await asyncio.to_thread(self._remove_orphan_files, loaded, listed_at, busy)
         now_us = time.time() * 1e6
         groups: set[str] = set()
         outdated: set[str] = set()
@@ -559,8 +562,33 @@ class SystemdDriver:
             last_exit=exit_code,
         )
 
-    async def _units(self) -> _Units:
-        """The pool's loaded units with their states and service properties."""
+    def _remove_orphan_files(self, loaded: set[str], listed_at: float, busy: set[str]) -> None:
+        """Remove the pool's environment files that no loaded unit reads: left by a
+        controller that died between writing one and starting its unit. A file written
+        since the listing began, or of a key being started or stopped then, is kept."""
+        stems = {file_stem(self._instance(name)) for name in loaded}
+        try:
+            paths = list(self._directory.glob(f"{file_stem(self._head)}*.env"))
+        except OSError:
+            return
+        for path in paths:
+            stem = path.name.removesuffix(".env")
+            if stem in stems or not stem.startswith(file_stem(self._head)):
+                continue
+            try:
+                if path.stat().st_mtime >= listed_at - 1:
+                    continue
+            except OSError:
+                continue
+            key = (_read_environment(path) or {}).get(wire.WorkerEnv.KEY)
+            if key is not None and key in busy:
+                continue
+            logger.info("removing %s: no unit reads it", path)
+            path.unlink(missing_ok=True)
+
+    async def _units(self) -> tuple[set[str], _Units]:
+        """The names of the pool's loaded units (any state), and those present (running,
+        starting, stopping or failed) with their service properties."""
         # systemd matches with FNM_NOESCAPE: the backslashes of the name are literal.
         pattern = self._prefix + self._head + "*.service"
         reply = await self._manager("ListUnitsByPatterns", "asas", [[], [pattern]])
@@ -568,6 +596,7 @@ class SystemdDriver:
         units: _Units = [
             _Unit(name=row[0], path=row[6], active_state=row[3], sub_state=row[4]) for row in rows
         ]
+        loaded = {u.name for u in units}
         units = [u for u in units if u.active_state in _PRESENT]
         for unit in units:
             unit.key = self._key_of(unit.name)
@@ -585,7 +614,7 @@ class SystemdDriver:
                     )
 
         await asyncio.gather(*(read(u) for u in units if u.key is not None))
-        return units
+        return loaded, units
 
     async def _state(self, unit: str) -> dict[str, Any] | None:
         """The unit's properties, or None when systemd has not loaded it."""

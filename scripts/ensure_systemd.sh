@@ -4,6 +4,7 @@
 #
 #   scripts/ensure_systemd.sh [--bind-ro PATH]...   start it (idempotent), print where it is
 #   scripts/ensure_systemd.sh stop                  stop it (idempotent)
+#   scripts/ensure_systemd.sh build                 only install the tools and build the root
 #
 # No systemd runs as PID 1 on these machines, so the script boots one: a Debian root
 # (debootstrap --variant=minbase, packages systemd, dbus and the shared libraries a host
@@ -122,10 +123,28 @@ build_root() {
   mv "$tmp" "$ROOT"
 }
 
-if [[ ${1:-} == stop ]]; then
-  stop
-  exit 0
-fi
+install_tools() {
+  local missing=()
+  command -v debootstrap >/dev/null || missing+=(debootstrap)
+  command -v systemd-nspawn >/dev/null || missing+=(systemd-container)
+  command -v busctl >/dev/null || missing+=(systemd)
+  if ((${#missing[@]})); then
+    log "installing ${missing[*]} (quietly)"
+    apt_install "${missing[@]}"
+  fi
+}
+
+root_current() { [[ $(cat "$ROOT/.osrdyne-recipe" 2>/dev/null) == "$RECIPE" ]]; }
+
+case ${1:-} in
+  stop)
+    stop
+    exit 0 ;;
+  build)
+    install_tools
+    root_current || build_root
+    exit 0 ;;
+esac
 
 # The read-only paths wanted, made absolute and real (symlinks resolved).
 wanted=()
@@ -142,14 +161,7 @@ while (($#)); do
   esac
 done
 
-missing=()
-command -v debootstrap >/dev/null || missing+=(debootstrap)
-command -v systemd-nspawn >/dev/null || missing+=(systemd-container)
-command -v busctl >/dev/null || missing+=(systemd)
-if ((${#missing[@]})); then
-  log "installing ${missing[*]} (quietly)"
-  apt_install "${missing[@]}"
-fi
+install_tools
 
 pid=$(nspawn_pid)
 if [[ -n $pid ]]; then
@@ -167,9 +179,7 @@ if [[ -n $pid ]]; then
 fi
 
 if [[ -z $pid ]]; then
-  if [[ $(cat "$ROOT/.osrdyne-recipe" 2>/dev/null) != "$RECIPE" ]]; then
-    build_root
-  fi
+  root_current || build_root
   mkdir -p "$BUS_DIR" "$ENV_DIR"
   chmod 0700 "$ENV_DIR"
   rm -f "$BUS_SOCKET"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import stat
 import subprocess
@@ -281,6 +282,27 @@ async def worker_environ(host: SystemdHost, unit: str, *, other_than: int = 0) -
 
     found: dict[str, str] = await eventually(read, f"the worker of {unit}")
     return found
+
+
+async def test_an_environment_file_without_its_unit_is_removed(
+    systemd_driver: Any, pool_name: str
+) -> None:
+    """A controller that died between writing a group's file and starting its unit leaves
+    the file (with the broker URI in it): the next listing removes it, and only it."""
+    driver = systemd_driver()
+    await driver.start("kept")
+    driver._write_environment("orphan")
+    orphan = driver.environment_file("orphan")
+    os.utime(orphan, (orphan.stat().st_atime - 60, orphan.stat().st_mtime - 60))
+    other_pool = systemd_driver(pool=pool_name + "x")  # another pool's file is not ours
+    other_pool._write_environment("orphan")
+    other = other_pool.environment_file("orphan")
+    os.utime(other, (other.stat().st_atime - 60, other.stat().st_mtime - 60))
+    assert await driver.list() == {"kept"}
+    assert not orphan.exists()
+    assert driver.environment_file("kept").exists()
+    assert other.exists()
+    other.unlink()
 
 
 async def test_a_killed_worker_is_restarted_by_systemd_and_counted(
