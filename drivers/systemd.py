@@ -435,7 +435,12 @@ class SystemdDriver:
                 if state is not None and state.get("ActiveState") == "failed":
                     await self._manager("ResetFailedUnit", "s", [unit], missing_ok=True)
                 method = "RestartUnit" if running else "StartUnit"
-                await self._manager(method, "ss", [unit, "replace"])
+                try:
+                    await self._manager(method, "ss", [unit, "replace"])
+                except BaseException:
+                    if not running:  # no unit reads it: the key and URI must not linger
+                        self.environment_file(key).unlink(missing_ok=True)
+                    raise
                 self._outdated.discard(key)
 
     async def stop(self, key: str) -> None:

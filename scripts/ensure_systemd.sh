@@ -40,8 +40,10 @@ LOG=/var/log/osrdyne-systemd.log
 MACHINE=osrdyne-systemd
 WAIT_SECONDS=${OSRDYNE_SYSTEMD_WAIT_SECONDS:-90}
 # Bump when the recipe below changes: an older root is rebuilt.
-RECIPE=1
-PACKAGES=systemd,systemd-sysv,dbus,libsqlite3-0,libreadline8,libncursesw6,libgdbm6,libnsl2
+RECIPE=2
+# polkitd: a controller that is not root gets its right to manage the worker units from a
+# polkit rule (deploy/systemd/osrdyne-polkit.rules), tested in the container.
+PACKAGES=systemd,systemd-sysv,dbus,libpam-systemd,polkitd,libsqlite3-0,libreadline8,libncursesw6,libgdbm6,libnsl2
 
 log() { echo "ensure_systemd: $*" >&2; }
 
@@ -142,7 +144,10 @@ case ${1:-} in
     exit 0 ;;
   build)
     install_tools
-    root_current || build_root
+    if ! root_current; then
+      stop  # never rebuild the root under a running container
+      build_root
+    fi
     exit 0 ;;
 esac
 

@@ -222,13 +222,17 @@ class SystemdHost:
         self.root = root
         self.leader = leader
 
-    def systemctl(self, *args: str) -> subprocess.CompletedProcess[str]:
+    def run(self, *command: str) -> subprocess.CompletedProcess[str]:
+        """`command` run inside the container (all its namespaces)."""
         return subprocess.run(
-            ["nsenter", "-t", str(self.leader), "-a", "systemctl", "--no-pager", *args],
+            ["nsenter", "-t", str(self.leader), "-a", *command],
             capture_output=True,
             text=True,
             timeout=60,
         )
+
+    def systemctl(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return self.run("systemctl", "--no-pager", *args)
 
 
 def _nspawn_running() -> bool:

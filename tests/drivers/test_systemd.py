@@ -387,6 +387,7 @@ async def test_failures_are_answered(systemd_driver: Any, tmp_path: Path) -> Non
     missing = systemd_driver(template="osrdyne-missing@.service")
     with pytest.raises(base.DriverRejected, match="osrdyne-missing@"):
         await missing.start("k")
+    assert not missing.environment_file("k").exists()  # a start that failed leaves no file
     nowhere = systemd_driver(bus_address=f"unix:path={tmp_path}/no-bus")
     with pytest.raises(base.DriverUnavailable):
         await nowhere.list()
@@ -441,13 +442,14 @@ async def test_a_controller_with_the_systemd_driver_answers_two_keys(
             assert who["key"] == key
         units = listed_units(systemd_host)
         assert {driver.unit_name(k) for k in keys} <= units
+
         # Idle groups stop (two stages): their units and environment files go.
-        await eventually(
-            lambda: not ({driver.unit_name(k) for k in keys} & listed_units(systemd_host)),
-            "the idle groups' units to go",
-            seconds=120,
-        )
-        assert not any(driver.environment_file(k).exists() for k in keys)
+        def gone() -> bool:
+            if {driver.unit_name(k) for k in keys} & listed_units(systemd_host):
+                return False
+            return not any(driver.environment_file(k).exists() for k in keys)
+
+        await eventually(gone, "the idle groups' units and files to go", seconds=120)
     finally:
         controller.stop()
         await asyncio.wait_for(task, 60)
@@ -463,19 +465,31 @@ async def test_the_controller_unit_runs_a_pool_on_systemd(
     amqp_uri: str,
     repo: Path,
 ) -> None:
-    """deploy/systemd/osrdyne@.service itself, in the container, with `kind = "systemd"` on
-    the container's own system bus. Its one test drop-in: this interpreter and checkout as
-    ExecStart, and root as its user (no polkit in the container to grant the osrdyne user
-    the right to manage units)."""
+    """deploy/systemd/osrdyne@.service itself, in the container, as its user `osrdyne`, with
+    `kind = "systemd"` on the container's own system bus: the polkit rule of deploy/systemd
+    gives it the worker units (and only them). One test drop-in: this interpreter and
+    checkout as ExecStart, ProtectHome=read-only since the interpreter lives under /root."""
+    driver = systemd_driver(pool=pool)  # its clean-up stops what the controller started
     etc = systemd_host.root / "etc"
+    shutil.copy2(
+        repo / "deploy" / "systemd" / "osrdyne-polkit.rules",
+        etc / "polkit-1" / "rules.d" / "50-osrdyne.rules",
+    )
+    if systemd_host.run("id", "osrdyne").returncode != 0:
+        made = systemd_host.run(
+            "useradd", "--system", "--user-group", "--no-create-home", "osrdyne"
+        )
+        assert made.returncode == 0, made.stderr
+    uid = int(systemd_host.run("id", "-u", "osrdyne").stdout)
+    gid = int(systemd_host.run("id", "-g", "osrdyne").stdout)
+    workers = Path("/run/osrdyne/workers")  # the same directory inside (a bind mount)
+    os.chown(workers, uid, gid)  # as deploy/systemd/osrdyne-tmpfiles.conf makes it
     units = etc / "systemd" / "system"
     shutil.copy2(repo / "deploy" / "systemd" / "osrdyne@.service", units / "osrdyne@.service")
     dropins = units / "osrdyne@.service.d"
     dropins.mkdir(exist_ok=True)
     (dropins / "50-osrdyne-tests.conf").write_text(
         "[Service]\n"
-        "User=root\n"
-        "Group=root\n"
         "ProtectHome=read-only\n"
         f"Environment=PYTHONPATH={repo} PYTHONDONTWRITEBYTECODE=1\n"
         "ExecStart=\n"
@@ -513,14 +527,17 @@ async def test_the_controller_unit_runs_a_pool_on_systemd(
         answer = await client.call(pool, key, b"hello", timeout=120)
         assert answer.ok, answer
         assert answer.body == b"hello"
-        driver = systemd_driver(pool=pool)
         assert driver.unit_name(key) in listed_units(systemd_host)
-        shown = systemd_host.systemctl("show", "-p", "ActiveState", "--value", unit)
-        assert shown.stdout.strip() == "active"
+        shown = systemd_host.systemctl("show", "-p", "ActiveState,User", unit)
+        assert shown.stdout.split() == ["User=osrdyne", "ActiveState=active"], shown.stdout
+        # The file was written by the controller's user, for systemd (root) to read.
+        written = driver.environment_file(key).stat()
+        assert (written.st_uid, stat.S_IMODE(written.st_mode)) == (uid, 0o600)
     finally:
         stopped = systemd_host.systemctl("stop", unit)
         log = systemd_host.systemctl("status", "--lines=30", unit)
         (etc / "osrdyne" / f"{pool}.toml").unlink()
+        os.chown(workers, 0, 0)
         assert stopped.returncode == 0, log.stdout
     # The worker's unit outlives the controller (the next one adopts it).
     assert driver.unit_name(key) in listed_units(systemd_host)
