@@ -605,8 +605,8 @@ class SystemdDriver:
         units = [u for u in units if u.active_state in _PRESENT]
         for unit in units:
             unit.key = self._key_of(unit.name)
-            if unit.key is not None:
-                self._paths[unit.path] = unit.key
+        # The units whose property changes matter: this listing's (bounded by the groups).
+        self._paths = {u.path: u.key for u in units if u.key is not None}
         limit = asyncio.Semaphore(16)
 
         async def read(unit: _Unit) -> None:
