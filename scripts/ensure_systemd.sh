@@ -138,6 +138,11 @@ install_tools() {
 
 root_current() { [[ $(cat "$ROOT/.osrdyne-recipe" 2>/dev/null) == "$RECIPE" ]]; }
 
+# One caller at a time: two test sessions must not boot two containers on one root.
+mkdir -p "$RUN"
+exec 9>"$RUN/lock"
+flock 9
+
 case ${1:-} in
   stop)
     stop
@@ -197,11 +202,12 @@ if [[ -z $pid ]]; then
     echo "$path" >>"$BINDS"
   done
   log "booting systemd in a container (log: $LOG)"
-  # setsid + nohup: the container outlives this script and the shell that ran it.
+  # setsid + nohup: the container outlives this script and the shell that ran it; it must
+  # not inherit the lock (9>&-), or the next caller would wait for it forever.
   setsid nohup systemd-nspawn --boot --register=no --keep-unit --quiet \
     --directory="$ROOT" --machine="$MACHINE" --console=read-only \
     --link-journal=no --timezone=off --resolv-conf=off "${binds[@]}" \
-    >>"$LOG" 2>&1 </dev/null &
+    >>"$LOG" 2>&1 </dev/null 9>&- &
   echo $! >"$PIDFILE"
 fi
 
