@@ -537,6 +537,14 @@ class SystemdDriver:
                 raise base.DriverRejected(f"the worker's {name} {problem}")
         body = "".join(f"{name}={_quote(value)}\n" for name, value in variables.items())
         self._directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        found = self._directory.stat()
+        if found.st_mode & 0o022 or found.st_uid not in (os.geteuid(), 0):
+            # Whoever may write there could swap a unit's file, hence its environment.
+            raise base.DriverRejected(
+                f"{self._directory} must be owned by the controller's user (or root) and "
+                f"writable by it alone (mode {found.st_mode & 0o777:o}, owner uid "
+                f"{found.st_uid})"
+            )
         target = self.environment_file(key)
         fd, temporary = tempfile.mkstemp(dir=self._directory, prefix=".", suffix=".tmp")
         try:

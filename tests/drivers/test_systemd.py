@@ -391,6 +391,11 @@ async def test_failures_are_answered(systemd_driver: Any, tmp_path: Path) -> Non
     nowhere = systemd_driver(bus_address=f"unix:path={tmp_path}/no-bus")
     with pytest.raises(base.DriverUnavailable):
         await nowhere.list()
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    with pytest.raises(base.DriverRejected, match="writable by it alone"):
+        await systemd_driver(environment_directory=str(shared)).start("k")
     with pytest.raises(base.DriverRejected, match="noncharacter"):
         await systemd_driver().start("bad\ufdd0key")
     with pytest.raises(base.DriverRejected, match="empty"):
