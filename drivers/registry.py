@@ -19,6 +19,7 @@ from drivers.docker import DockerDriver, DockerSettings
 from drivers.kubernetes import KubernetesDriver, KubernetesSettings
 from drivers.noop import NoopDriver
 from drivers.subprocess import SubprocessDriver, SubprocessSettings
+from drivers.systemd import SystemdDriver, SystemdSettings
 
 
 class NoSettings(pydantic.BaseModel):
@@ -68,6 +69,7 @@ KINDS: dict[str, DriverKind] = {
     "kubernetes": DriverKind(KubernetesDriver, KubernetesSettings, section="kubernetes"),
     "keda": DriverKind(_keda, KubernetesSettings, section="kubernetes"),
     "hpa": DriverKind(_hpa, KubernetesSettings, section="kubernetes"),
+    "systemd": DriverKind(SystemdDriver, SystemdSettings, section="systemd", defaults_work=True),
 }
 
 #: Every `[driver.<section>]` and the model of its options.

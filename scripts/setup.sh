@@ -3,7 +3,8 @@
 # the package and its extras (.venv), Java for Spark, busybox-static for the docker driver's
 # test image, headless Chromium and its driver for the console's browser tests, Prometheus for
 # the HPA mode's metric test, the AMQP clients of other stacks the interop tests use
-# (scripts/ensure_interop_clients.sh), and a RabbitMQ broker with its management API, left
+# (scripts/ensure_interop_clients.sh), the container root of the systemd driver's tests
+# (scripts/ensure_systemd.sh build), and a RabbitMQ broker with its management API, left
 # running (scripts/ensure_broker.sh).
 # Idempotent, and quiet unless something fails.
 set -euo pipefail
@@ -36,4 +37,7 @@ if (( ${#missing[@]} )); then
 fi
 
 scripts/ensure_interop_clients.sh
+# The systemd driver's tests boot a real systemd in a container: its tools and its root
+# (debootstrap, once, about two minutes) are made here rather than inside a test's time.
+scripts/ensure_systemd.sh build
 scripts/ensure_broker.sh

@@ -6,14 +6,20 @@ from `tests.docker_engine` (a plugin of tests/conftest.py, shared with the clust
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from drivers import base
-from tests.docker_engine import AMQP_URI
+from tests.docker_engine import AMQP_URI, REPO, _unavailable
 
 
 @pytest.fixture
@@ -86,3 +92,126 @@ async def k8s_driver(k8s_api: Any, pool_name: str) -> AsyncIterator[DriverFactor
     yield make
     for driver in made:
         await driver.close()
+
+
+# -- a real systemd (scripts/ensure_systemd.sh) --------------------------------------------
+
+ENSURE_SYSTEMD = REPO / "scripts" / "ensure_systemd.sh"
+SYSTEMD_PIDFILE = Path("/run/osrdyne-systemd/nspawn.pid")
+WORKER_TEMPLATE = REPO / "deploy" / "systemd" / "osrdyne-worker@.service"
+
+
+class SystemdHost:
+    """The systemd of the test container: its bus address, its root on this host, and
+    `systemctl` run inside it (nsenter into its PID 1's namespaces)."""
+
+    def __init__(self, bus: str, root: Path, leader: int) -> None:
+        self.bus = bus
+        self.root = root
+        self.leader = leader
+
+    def run(self, *command: str) -> subprocess.CompletedProcess[str]:
+        """`command` run inside the container (all its namespaces)."""
+        return subprocess.run(
+            ["nsenter", "-t", str(self.leader), "-a", *command],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    def systemctl(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return self.run("systemctl", "--no-pager", *args)
+
+
+def _nspawn_running() -> bool:
+    try:
+        pid = int(SYSTEMD_PIDFILE.read_text())
+        return Path(f"/proc/{pid}/comm").read_text().strip() == "systemd-nspawn"
+    except (OSError, ValueError):
+        return False
+
+
+@pytest.fixture(scope="session")
+def systemd_host() -> Iterator[SystemdHost]:
+    """A real systemd as PID 1 of a systemd-nspawn container (started once per session, and
+    stopped at the end when this session started it), with the worker template of
+    deploy/systemd installed, plus one test drop-in: ExecStart runs the echo worker with this
+    interpreter, and ProtectHome=read-only since that interpreter lives under /root."""
+    if os.geteuid() != 0:
+        _unavailable("booting systemd in a container needs root")
+    if shutil.which("nsenter") is None:
+        _unavailable("nsenter (util-linux) is missing")
+    started_here = not _nspawn_running()
+    binds = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(), REPO}
+    command = ["bash", str(ENSURE_SYSTEMD)]
+    for path in sorted(binds):
+        command += ["--bind-ro", str(path)]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    except subprocess.TimeoutExpired:
+        _unavailable("scripts/ensure_systemd.sh did not finish within 900 s")
+    if done.returncode != 0:
+        _unavailable(f"scripts/ensure_systemd.sh failed: {done.stderr[-2000:]}")
+    found = dict(
+        line.split("=", 1) for line in done.stdout.splitlines() if line.startswith("OSRDYNE_")
+    )
+    host = SystemdHost(
+        found["OSRDYNE_SYSTEMD_BUS"],
+        Path(found["OSRDYNE_SYSTEMD_ROOT"]),
+        int(found["OSRDYNE_SYSTEMD_LEADER"]),
+    )
+    units = host.root / "etc" / "systemd" / "system"
+    shutil.copy2(WORKER_TEMPLATE, units / WORKER_TEMPLATE.name)
+    dropins = units / f"{WORKER_TEMPLATE.name}.d"
+    dropins.mkdir(exist_ok=True)
+    (dropins / "50-osrdyne-tests.conf").write_text(
+        "[Service]\n"
+        "ExecStart=\n"
+        f"ExecStart={Path(sys.prefix) / 'bin' / 'python'} -m worker_sdk.examples.echo\n"
+        "ProtectHome=read-only\n"
+    )
+    reload = host.systemctl("daemon-reload")
+    assert reload.returncode == 0, reload.stderr
+    yield host
+    if started_here:
+        subprocess.run(["bash", str(ENSURE_SYSTEMD), "stop"], capture_output=True, timeout=120)
+
+
+@pytest.fixture
+async def systemd_driver(
+    systemd_host: SystemdHost, pool_name: str, repo: Path
+) -> AsyncIterator[DriverFactory]:
+    """Builds SystemdDrivers of the test's pool on the container's bus; stops every unit of
+    the pool afterwards and checks none is left."""
+    from drivers import systemd as systemd_driver_module
+
+    made: list[Any] = []
+
+    def make(*, pool: str = pool_name, amqp_uri: str = AMQP_URI, **settings: Any) -> Any:
+        settings.setdefault("bus_address", systemd_host.bus)
+        environment = {
+            "PYTHONPATH": str(repo),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "WORKER_ACTIVITY_INTERVAL": "0.5",
+            "WORKER_DRAIN_TIMEOUT": "2",
+        }
+        settings["environment"] = {**environment, **settings.get("environment", {})}
+        driver = systemd_driver_module.SystemdDriver(
+            base.PoolContext(pool=pool, amqp_uri=amqp_uri),
+            systemd_driver_module.SystemdSettings(**settings),
+        )
+        made.append(driver)
+        return driver
+
+    yield make
+    for driver in made:
+        with contextlib.suppress(base.DriverError):  # a test's driver may have no bus
+            for key in await driver.list():
+                await driver.stop(key)
+        await driver.close()
+    # Whatever a failed test left behind: every unit of the pool goes, with its file.
+    head = systemd_driver_module.escape(pool_name) + "-"
+    systemd_host.systemctl("stop", f"osrdyne-worker@{head}*")
+    systemd_host.systemctl("reset-failed", f"osrdyne-worker@{head}*")
+    for path in Path("/run/osrdyne/workers").glob(f"{systemd_driver_module.file_stem(head)}*"):
+        path.unlink(missing_ok=True)

@@ -19,8 +19,9 @@ def test_settings_import_without_the_sdks() -> None:
         "import sys\n"
         "sys.modules['docker'] = None\n"  # None in sys.modules makes `import docker` fail
         "sys.modules['kubernetes'] = None\n"
-        "from drivers import docker, kubernetes\n"
-        "docker.DockerSettings(); kubernetes.KubernetesSettings()\n"
+        "sys.modules['dbus_fast'] = None\n"
+        "from drivers import docker, kubernetes, systemd\n"
+        "docker.DockerSettings(); kubernetes.KubernetesSettings(); systemd.SystemdSettings()\n"
         "try:\n"
         "    docker.DockerDriver(None, docker.DockerSettings())\n"
         "except ImportError:\n"
@@ -33,7 +34,7 @@ def test_settings_import_without_the_sdks() -> None:
     assert done.stdout.strip() == "ok"
 
 
-@pytest.mark.parametrize("module", ["docker", "kubernetes", "names"])
+@pytest.mark.parametrize("module", ["docker", "kubernetes", "systemd", "names"])
 def test_drivers_do_not_import_each_other(module: str) -> None:
     tree = ast.parse((DRIVERS / f"{module}.py").read_text())
     imported = set()
