@@ -14,12 +14,14 @@ session-scoped too: one key's session cannot name another's.
 
 What works differently from the embedded mode, and why:
 
-- **Client SQL text is refused.** The SQL guard decides on the parsed and analysed plan
-  before anything runs; over Connect the only way to see a plan is to have the server
+- **Client SQL text is checked without the server.** The embedded guard decides on Spark's
+  parsed and analysed plans; over Connect the only way to see a plan is to have the server
   analyse it, and analysing `EXECUTE IMMEDIATE '<command>'` runs the command (measured with
   Spark 4.3: `explain` of a lazy SQL relation `EXECUTE IMMEDIATE 'DROP VIEW dataset'` dropped
-  the view). Structured queries keep working: their SQL is written by the worker from
-  checked column names, values bound as parameters.
+  the view). So `text_guard` parses the text in the worker (sqlglot), checks it against the
+  embedded guard's allowlist and sends the server only SQL written from the checked tree.
+  Structured queries: their SQL is written by the worker from checked column names, values
+  bound as parameters.
 - **Cancellation** tags the work of each request (`SparkSession.addTag`, thread-local in the
   client) and interrupts that tag only (`interruptTag`): other keys' sessions, and other
   requests of the same key, are not touched.
