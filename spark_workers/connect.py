@@ -138,6 +138,20 @@ def retry_policy() -> Any:
     )
 
 
+def lazy_sql(spark: SparkSession, text: str, args: dict[str, Any] | None = None) -> DataFrame:
+    """The DataFrame of the query `text` (named `args` bound as literals), sent to the server
+    only when it runs. `spark.sql` first executes the text as a command to learn it is a
+    query: one round trip more, for the same relation (the server answers with the very SQL
+    relation it was sent). Only for text known to be a query: the worker's own, or client
+    SQL `text_guard` passed."""
+    from pyspark.sql import functions as F  # noqa: N812
+    from pyspark.sql.connect.dataframe import DataFrame as ConnectDataFrame
+    from pyspark.sql.connect.plan import SQL
+
+    named = {name: F.lit(value) for name, value in (args or {}).items()}
+    return ConnectDataFrame(SQL(text, named_args=named), spark)  # type: ignore[arg-type]
+
+
 def cache(df: DataFrame) -> tuple[DataFrame, int]:
     """`df` materialised in the session (released with it) and its row count."""
     cached = df.localCheckpoint(eager=True)

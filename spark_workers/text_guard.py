@@ -33,7 +33,7 @@ import logging
 import re
 from typing import TYPE_CHECKING, Any
 
-from spark_workers import plan_tree, sql_bounds
+from spark_workers import connect, plan_tree, sql_bounds
 from spark_workers import sql_allowlist as allow
 from spark_workers.sql_guard import Limits, QueryRefused, QueryTooLarge
 from worker_sdk import HandlerError
@@ -67,11 +67,8 @@ def checked_sql(
 ) -> DataFrame:
     """The Connect DataFrame of `sql` once it is known to be an allowed read-only query of
     `view` (raises `HandlerError` with the reasons `sql_guard` gives)."""
-    from pyspark.sql.connect.dataframe import DataFrame as ConnectDataFrame
-    from pyspark.sql.connect.plan import SQL
-
     text = checked_text(sql, view=view, limits=limits)
-    df: Any = ConnectDataFrame(SQL(text), spark)  # type: ignore[arg-type]
+    df: Any = connect.lazy_sql(spark, text)
     try:
         plan = df._explain_string(extended=True)
     except Exception as exc:

@@ -16,7 +16,14 @@ from typing import Any
 
 import pytest
 
-from spark_workers import SparkWorkerSettings, connect, pipeline, sql_guard, text_guard
+from spark_workers import (
+    SparkWorkerSettings,
+    connect,
+    pipeline,
+    sql_allowlist,
+    sql_guard,
+    text_guard,
+)
 from tests.spark_connect import sql_corpus
 from tests.spark_connect.conftest import remote_mode_restored
 from worker_sdk import HandlerError
@@ -113,3 +120,52 @@ def test_what_only_the_connect_guard_refuses_is_declared(embedded: Any, sql: str
     assert sql_guard.checked_sql(embedded, sql) is not None
     with pytest.raises(HandlerError):
         text_guard.checked_text(sql)
+
+
+def test_the_analysed_plan_is_checked_again(remote: Any) -> None:
+    """The second fence on its own: plans the server analysed (a plain query's analysis runs
+    nothing) checked without the text check, which would have refused these first."""
+    from pyspark.sql.connect.dataframe import DataFrame
+    from pyspark.sql.connect.plan import SQL
+
+    def plan(sql: str) -> str:
+        return DataFrame(SQL(sql), remote)._explain_string(extended=True)  # type: ignore[arg-type]
+
+    with remote_mode_restored():
+        text_guard.check_analyzed_text(plan("SELECT city, count(*) AS n FROM dataset GROUP BY 1"))
+        for sql in (
+            "SELECT * FROM secret",
+            "SELECT * FROM dataset WHERE trip_id IN (SELECT id FROM secret)",
+            "WITH t AS (SELECT * FROM secret) SELECT * FROM t",
+        ):
+            with pytest.raises(sql_guard.QueryRefused, match="only the view 'dataset'"):
+                text_guard.check_analyzed_text(plan(sql))
+        with pytest.raises(sql_guard.QueryRefused, match="Range"):
+            text_guard.check_analyzed_text(plan("SELECT * FROM range(3)"))
+
+
+def test_no_function_left_out_passes_the_connect_guard(embedded: Any) -> None:
+    """Every builtin function of the running Spark that `ALLOWED_FUNCTIONS` leaves out is
+    refused by the Connect guard, whatever class sqlglot parses it into, with up to three
+    arguments (the guard allows a sqlglot class only when an allowed name parses into it)."""
+    registry = embedded._jsparkSession.sessionState().functionRegistry()
+    names, found = registry.listFunction().iterator(), set()
+    while names.hasNext():
+        info = registry.lookupFunction(names.next())
+        if info.isDefined():
+            found.add(info.get().getName())
+    left_out = sorted(
+        name
+        for name in found - sql_allowlist.ALLOWED_FUNCTIONS
+        if name.replace("_", "a").isalnum()  # operators (`+`, `<=>`...) are syntax
+    )
+    assert len(left_out) > 100
+    passed = []
+    for name in left_out:
+        for args in ("", "1", "1, 2", "'a', 'b', 'c'"):
+            try:
+                text_guard.checked_text(f"SELECT {name}({args}) AS x FROM dataset")
+            except HandlerError:
+                continue
+            passed.append(f"{name}({args})")
+    assert not passed
