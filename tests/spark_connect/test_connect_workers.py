@@ -112,7 +112,8 @@ async def test_sql_is_served_and_hostile_sql_refused_before_the_server_sees_it(
     for sql, answer in zip(HOSTILE_SQL, answers, strict=True):
         assert answer.status == "worker_error", sql
         error = answer.json()
-        assert error["details"]["reason"] == "refused", (sql, error)
+        # `syntax`: what sqlglot cannot parse (`IDENTIFIER('f')(...)`) is refused as such.
+        assert error["details"]["reason"] in ("refused", "syntax"), (sql, error)
 
     # Client SQL is served, with the structured query's answer.
     by_sql = await client.call(
