@@ -17,7 +17,8 @@ Stages (run one after the other: this machine has two cores):
 5. DuckDB in-process on the same Parquet files: the floor;
 6. with `--mode ...,connect`: the same worker through RabbitMQ in Spark Connect mode
    (SPARK_WORKER_REMOTE) against a server started by scripts/ensure_spark_connect.sh, same
-   data, same queries: first answer, warm p50/p95, RSS of the worker and of the server;
+   data, same queries: first answer, warm p50/p95 (the structured queries, then the same as
+   client SQL: `sql_guard` embedded, `text_guard` over Connect), RSS of worker and server;
 7. then `--keys N` Connect workers at once, each on its own 1M-row dataset (copies of the
    same Parquet under N names: N distinct datasets, plans and caches), started one after
    the other while the machine keeps `--min-available-gib` available; memory after each,
