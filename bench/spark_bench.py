@@ -17,7 +17,8 @@ Stages (run one after the other: this machine has two cores):
 5. DuckDB in-process on the same Parquet files: the floor;
 6. with `--mode ...,connect`: the same worker through RabbitMQ in Spark Connect mode
    (SPARK_WORKER_REMOTE) against a server started by scripts/ensure_spark_connect.sh, same
-   data, same queries: first answer, warm p50/p95, RSS of the worker and of the server;
+   data, same queries: first answer, warm p50/p95 (the structured queries, then the same as
+   client SQL: `sql_guard` embedded, `text_guard` over Connect), RSS of worker and server;
 7. then `--keys N` Connect workers at once, each on its own 1M-row dataset (copies of the
    same Parquet under N names: N distinct datasets, plans and caches), started one after
    the other while the machine keeps `--min-available-gib` available; memory after each,
@@ -286,9 +287,12 @@ async def through_rabbitmq(
         await call(FILTER_COUNT)
         out["first_answer_s"] = time.perf_counter() - started
         out.update(load_timings(log_path))
-        for name, doc in QUERIES.items():
+        # The structured queries, then the same as client SQL (checked by `sql_guard`
+        # embedded, by `text_guard` over Spark Connect).
+        sql_docs = {f"sql {n}": {"sql": SQL[n].format(t="dataset")} for n in QUERIES}
+        for name, doc in {**QUERIES, **sql_docs}.items():
             for _ in range(warmup):
-                await call(doc)
+                await call(doc)  # answered `ok`, or `call` fails
             samples = []
             for _ in range(runs):
                 t0 = time.perf_counter()
@@ -575,7 +579,7 @@ def modes_report(results: dict[str, Any], args: argparse.Namespace) -> str:
         "  of which session start + load and cache",
         lambda r: f"{r.get('spark_start_s', nan):.1f} s + {r.get('load_s', nan):.1f} s",
     )
-    for name in QUERIES:
+    for name in [*QUERIES, *(f"sql {n}" for n in QUERIES)]:
         row(f"{name} warm p50 / p95", lambda r, n=name: f"{r[n]['p50']:.0f} / {r[n]['p95']:.0f} ms")
     row(
         "new filter value each time p50 / p95",
@@ -591,7 +595,10 @@ def modes_report(results: dict[str, Any], args: argparse.Namespace) -> str:
         lines += [
             "",
             f"Connect ÷ embedded: first answer {c['first_answer_s'] / e['first_answer_s']:.2f}x, "
-            + ", ".join(f"{n} p50 {c[n]['p50'] / e[n]['p50']:.2f}x" for n in QUERIES)
+            + ", ".join(
+                f"{n} p50 {c[n]['p50'] / e[n]['p50']:.2f}x"
+                for n in [*QUERIES, *(f"sql {q}" for q in QUERIES)]
+            )
             + f", worker RSS {c['rss_mib'] / e['rss_mib']:.3f}x",
         ]
     scale = results.get("connect_scale")

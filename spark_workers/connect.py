@@ -14,12 +14,14 @@ session-scoped too: one key's session cannot name another's.
 
 What works differently from the embedded mode, and why:
 
-- **Client SQL text is refused.** The SQL guard decides on the parsed and analysed plan
-  before anything runs; over Connect the only way to see a plan is to have the server
+- **Client SQL text is checked without the server.** The embedded guard decides on Spark's
+  parsed and analysed plans; over Connect the only way to see a plan is to have the server
   analyse it, and analysing `EXECUTE IMMEDIATE '<command>'` runs the command (measured with
   Spark 4.3: `explain` of a lazy SQL relation `EXECUTE IMMEDIATE 'DROP VIEW dataset'` dropped
-  the view). Structured queries keep working: their SQL is written by the worker from
-  checked column names, values bound as parameters.
+  the view). So `text_guard` parses the text in the worker (sqlglot), checks it against the
+  embedded guard's allowlist and sends the server only SQL written from the checked tree.
+  Structured queries: their SQL is written by the worker from checked column names, values
+  bound as parameters.
 - **Cancellation** tags the work of each request (`SparkSession.addTag`, thread-local in the
   client) and interrupts that tag only (`interruptTag`): other keys' sessions, and other
   requests of the same key, are not touched.
@@ -134,6 +136,20 @@ def retry_policy() -> Any:
     return DefaultPolicy(
         max_retries=_RETRIES, backoff_multiplier=2.0, initial_backoff=100, max_backoff=1000
     )
+
+
+def lazy_sql(spark: SparkSession, text: str, args: dict[str, Any] | None = None) -> DataFrame:
+    """The DataFrame of the query `text` (named `args` bound as literals), sent to the server
+    only when it runs. `spark.sql` first executes the text as a command to learn it is a
+    query: one round trip more, for the same relation (the server answers with the very SQL
+    relation it was sent). Only for text known to be a query: the worker's own, or client
+    SQL `text_guard` passed."""
+    from pyspark.sql import functions as F  # noqa: N812
+    from pyspark.sql.connect.dataframe import DataFrame as ConnectDataFrame
+    from pyspark.sql.connect.plan import SQL
+
+    named = {name: F.lit(value) for name, value in (args or {}).items()}
+    return ConnectDataFrame(SQL(text, named_args=named), spark)  # type: ignore[arg-type]
 
 
 def cache(df: DataFrame) -> tuple[DataFrame, int]:

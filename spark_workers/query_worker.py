@@ -12,8 +12,8 @@ Endpoints (`x-rpc-path`):
 Every failure a client can cause (bad JSON, a document over the size limits, unknown column,
 refused SQL, too large a result, the deadline, a query that exhausted the JVM) is answered
 with a `worker_error` response and a JSON body saying why. SQL and structured queries alike
-go through `sql_guard` before Spark runs anything. A Spark Connect worker refuses SQL text
-(`spark_workers.connect` says why) and serves structured queries.
+go through `sql_guard` before Spark runs anything; on a Spark Connect worker, SQL text goes
+through `text_guard` before the server receives anything.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import collections
 import threading
 from typing import TYPE_CHECKING, Any
 
-from spark_workers import connect, keyed, query, results, sql_guard
+from spark_workers import connect, keyed, query, results, sql_guard, text_guard
 from spark_workers import settings as settings_mod
 from worker_sdk import HandlerError, Request
 
@@ -62,11 +62,9 @@ class PlanCache:
 def _plan(data: keyed.LoadedDataset, q: query.Query) -> DataFrame:
     limits = guard_limits(data.settings)
     if q.sql is not None and connect.is_remote(data.spark):
-        raise sql_guard.QueryRefused(
-            "SQL text is not accepted by a Spark Connect worker (the guard cannot check its "
-            "plan before the server runs it): send a structured query",
-            mode="connect",
-        )
+        # Parsed and checked here; the server only sees SQL written from the checked tree.
+        df = text_guard.checked_sql(data.spark, q.sql, view=keyed.VIEW_NAME, limits=limits)
+        return df.limit(q.limit) if q.limit is not None else df
     if q.sql is not None:
         df = sql_guard.checked_sql(data.spark, q.sql, view=keyed.VIEW_NAME, limits=limits)
         return df.limit(q.limit) if q.limit is not None else df

@@ -239,3 +239,27 @@ MIN_RELATIVE_SD = 0.01
 
 #: Most grouping sets of a query (CUBE of 12 columns): the analyzer expands every one.
 MAX_GROUPING_SETS = 4096
+
+# -- the Connect guard: syntax of a parsed text (sqlglot) ---------------------------------
+
+#: The sqlglot node types a read-only query is made of, besides function calls (which are
+#: checked by name against `ALLOWED_FUNCTIONS`: `spark_workers.text_guard`). The counterpart
+#: of `PARSED_OPERATORS` and `PARSED_EXPRESSIONS` for the guard that parses text without a
+#: JVM. No `Command`, DDL/DML node, `QueryTransform` (`TRANSFORM ... USING`), `Version`
+#: (time travel), `Into`, `Set`, `Cache`, `Use`, `Describe`, `Aliases` (`AS (a, b)`, which
+#: the parsed-plan check refuses as `MultiAlias`)...: whatever is not listed is refused.
+#: (`JSONPath*` is the path argument of `get_json_object`, written back as a string;
+#: `TimeStrToTime` the implied cast sqlglot puts in `date_format`, written back as nothing.)
+TEXT_NODES = _words(
+    # queries and their clauses
+    """Select From Where Group Having Qualify Order Ordered Limit Offset Distinct Join Table
+    TableAlias Subquery With CTE Union Intersect Except Values Tuple Lateral Pivot PivotAlias
+    Cluster Distribute Sort Hint JoinHint Window WindowSpec Star Column Identifier Alias Dot
+    Literal HexString Null Boolean Var DataType DataTypeParam Interval IntervalSpan Paren Cube
+    Rollup GroupingSets Lambda Bracket Filter"""
+    # operators (the SQL symbols of `ALLOWED_FUNCTIONS`) and syntax-shaped calls
+    """ Add Sub Mul Div IntDiv Mod Neg BitwiseAnd BitwiseOr BitwiseXor BitwiseNot
+    BitwiseLeftShift BitwiseRightShift EQ NEQ GT GTE LT LTE NullSafeEQ And Or Not Is In
+    Between Like ILike RegexpLike DPipe Case If Cast TryCast Extract Exists Array Struct
+    PropertyEQ Slice JSONPath JSONPathRoot JSONPathKey JSONPathSubscript TimeStrToTime"""
+)

@@ -18,11 +18,22 @@ decided on the plan, by `sql_guard`:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from spark_workers import plan_tree
 from spark_workers import sql_allowlist as allow
 from spark_workers.plan_tree import Tree
+
+#: Functions whose arguments `Budget.call` bounds.
+SIZED_FUNCTIONS = frozenset({*allow.SIZE_ARGUMENTS, "sequence", "approx_count_distinct"})
+
+#: The value of a constant argument (raises `plan_tree.NotConstant` for anything else).
+Constant = Callable[[Any], Any]
+
+
+def _named_argument(arg: Any) -> bool:
+    return bool(arg.name == "NamedArgumentExpression")
 
 
 class OutOfBounds(Exception):
@@ -41,28 +52,42 @@ class Budget:
         self.generated: list[tuple[str, int]] = []
         self.grouping_sets = 1
 
-    def call(self, name: str, args: list[Tree] | tuple[Tree, ...]) -> None:
-        """Account for a call of the allowed function `name`."""
-        if name not in allow.SIZE_ARGUMENTS and name not in ("sequence", "approx_count_distinct"):
+    def call(
+        self,
+        name: str,
+        args: Sequence[Any],
+        *,
+        constant: Constant = plan_tree.constant,
+        named: Callable[[Any], bool] = _named_argument,
+    ) -> None:
+        """Account for a call of the allowed function `name`. The arguments are trees of a
+        Spark plan by default; the Connect guard passes sqlglot nodes with its own `constant`
+        (a value, or `plan_tree.NotConstant`) and `named` (a `name => value` argument)."""
+        if name not in SIZED_FUNCTIONS:
             return
-        if any(arg.name == "NamedArgumentExpression" for arg in args):
+        if any(named(arg) for arg in args):
             raise OutOfBounds(f"{name} takes positional arguments only")
         if name == "sequence":
-            self._generates(name, sequence_length(args))
+            self._generates(name, sequence_length(args, constant=constant))
         elif name == "approx_count_distinct":
             if len(args) > 1:
-                check_relative_sd(_number(name, args[1]))
+                check_relative_sd(_number(name, args[1], constant=constant))
         else:
             position = allow.SIZE_ARGUMENTS[name]
-            size = size_of(name, args[position] if position < len(args) else None)
+            argument = args[position] if position < len(args) else None
+            size = size_of(name, argument, constant=constant)
             if size is not None:
                 self._generates(name, size)
 
     def grouping(self, tree: Tree) -> None:
-        """CUBE of g groups is 2^g grouping sets, ROLLUP g + 1: the analyzer builds them all."""
+        """The grouping sets of a parsed plan's `Cube`, `Rollup` or `GroupingSets`."""
         indexes = tree.node.get("groupingSetIndexes")
         groups = len(indexes) if isinstance(indexes, list) else len(tree.children)
-        sets = {"Cube": 2 ** min(groups, 64), "Rollup": groups + 1}.get(tree.name, groups + 1)
+        self.add_grouping_sets(tree.name, groups)
+
+    def add_grouping_sets(self, kind: str, groups: int) -> None:
+        """CUBE of g groups is 2^g grouping sets, ROLLUP g + 1: the analyzer builds them all."""
+        sets = {"Cube": 2 ** min(groups, 64), "Rollup": groups + 1}.get(kind, groups + 1)
         self.grouping_sets *= sets
         if self.grouping_sets > allow.MAX_GROUPING_SETS:
             raise OutOfBounds(
@@ -128,19 +153,22 @@ def expanded_size(tree: Tree, ctes: dict[str, int] | None = None) -> int:
     return total + sum(expanded_size(child, scope) for child in tree.children)
 
 
-def size_of(name: str, argument: Tree | None) -> int | None:
+def size_of(
+    name: str, argument: Any | None, *, constant: Constant = plan_tree.constant
+) -> int | None:
     """The size a data-generating call asks for (None: a format pattern, not a size)."""
     if argument is None:
         return None
-    value = _number(name, argument, text_allowed=name in ("format_number", "FormatNumber"))
+    text_allowed = name in ("format_number", "FormatNumber")
+    value = _number(name, argument, text_allowed=text_allowed, constant=constant)
     return None if value is None else abs(int(value))
 
 
-def sequence_length(args: list[Tree] | tuple[Tree, ...]) -> int:
+def sequence_length(args: Sequence[Any], *, constant: Constant = plan_tree.constant) -> int:
     values = []
     for arg in args[:3]:
         try:
-            values.append(plan_tree.constant(arg))
+            values.append(constant(arg))
         except plan_tree.NotConstant:
             values.append(None)
     if len(values) < 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
@@ -157,9 +185,15 @@ def check_relative_sd(value: float | None) -> None:
         )
 
 
-def _number(name: str, argument: Tree, *, text_allowed: bool = False) -> float | None:
+def _number(
+    name: str,
+    argument: Any,
+    *,
+    text_allowed: bool = False,
+    constant: Constant = plan_tree.constant,
+) -> float | None:
     try:
-        value = plan_tree.constant(argument)
+        value = constant(argument)
     except plan_tree.NotConstant:
         value = None
     if isinstance(value, str) and text_allowed:

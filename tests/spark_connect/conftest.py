@@ -21,6 +21,10 @@ from typing import Any
 import pytest
 
 from spark_workers import SparkWorkerSettings, connect, pipeline
+from tests.spark.conftest import (  # noqa: F401 - the embedded session (tests/spark's), for
+    dataset_root,  # the test comparing the guards: started only by a test that asks for it
+    spark,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "ensure_spark_connect.sh"

@@ -1,10 +1,11 @@
 """Keyed workers over one real Spark Connect server: real worker processes started by an
 osrdyne controller (subprocess driver), real broker, the pyspark distribution's server.
 
-Two keys served at once through one server, each in a session of its own; SQL text refused
-before the server sees it; a runaway job of one key cancelled at its deadline while the other
-key answers; a stopped worker's data released; the server restarted under load with every
-request answered. The restart test comes last: it stops the session's shared server.
+Two keys served at once through one server, each in a session of its own; client SQL
+served, hostile SQL refused before the server sees it; a runaway job of one key cancelled at
+its deadline while the other key answers; a stopped worker's data released; the server
+restarted under load with every request answered. The restart test comes last: it stops
+the session's shared server.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ COUNT_BY_CITY = {"group_by": ["city"], "aggregates": [{"fn": "count", "as": "n"}
 COUNT_BY_STORE = {"group_by": ["store"], "aggregates": [{"fn": "count", "as": "n"}]}
 
 #: Hostile SQL of tests/security (commands, reflection, files, the JVM's secrets): over
-#: Connect none of it reaches the server.
+#: Connect the worker refuses it before the server receives anything.
 HOSTILE_SQL = [
     "DROP VIEW dataset",
     "execute immediate 'DROP VIEW dataset'",
@@ -40,7 +41,6 @@ HOSTILE_SQL = [
     "SELECT * FROM read_files('/etc/passwd')",
     "SELECT * FROM csv.`/etc/passwd`",
     "SELECT '${env:WORKER_AMQP_URI}' AS leak",
-    "SELECT * FROM dataset",
 ]
 
 
@@ -95,7 +95,7 @@ async def test_two_keys_share_one_server_each_in_its_own_session(
     )
 
 
-async def test_sql_text_is_refused_before_the_server_sees_it(
+async def test_sql_is_served_and_hostile_sql_refused_before_the_server_sees_it(
     pool: str,
     make_controller: Callable[..., Awaitable[Any]],
     client: Client,
@@ -112,8 +112,21 @@ async def test_sql_text_is_refused_before_the_server_sees_it(
     for sql, answer in zip(HOSTILE_SQL, answers, strict=True):
         assert answer.status == "worker_error", sql
         error = answer.json()
-        assert error["details"]["reason"] == "refused", (sql, error)
-        assert "Spark Connect" in error["error"]
+        # `syntax`: what sqlglot cannot parse (`IDENTIFIER('f')(...)`) is refused as such.
+        assert error["details"]["reason"] in ("refused", "syntax"), (sql, error)
+
+    # Client SQL is served, with the structured query's answer.
+    by_sql = await client.call(
+        pool,
+        "trips",
+        {"sql": "SELECT city, count(*) AS n FROM dataset GROUP BY city ORDER BY city"},
+        timeout=60,
+    )
+    assert total(by_sql) == TRIPS_ROWS
+    structured = await client.call(
+        pool, "trips", {**COUNT_BY_CITY, "order_by": ["city"]}, timeout=60
+    )
+    assert by_sql.json()["rows"] == structured.json()["rows"]
 
     # A query error that echoes what a lost server says is still the query's error: the
     # worker answers it and keeps serving (it does not end itself nor requeue the request).
