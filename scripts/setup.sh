@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Everything the demo and the tests need, installed by the project itself: a virtualenv with
 # the package and its extras (.venv), Java for Spark, busybox-static for the docker driver's
-# test image, headless Chromium and its driver for the console's browser tests, the AMQP
-# clients of other stacks the interop tests use (scripts/ensure_interop_clients.sh), and a
-# RabbitMQ broker with its management API, left running (scripts/ensure_broker.sh).
-# Idempotent, and quiet unless something fails.
+# test image, debootstrap and Debian's docker-compose for the compose test (tests/deploy, on
+# the base images scripts/build_base_image.sh makes), headless Chromium and its driver for the
+# console's browser tests, the AMQP clients of other stacks the interop tests use
+# (scripts/ensure_interop_clients.sh), and a RabbitMQ broker with its management API, left
+# running (scripts/ensure_broker.sh). Idempotent, and quiet unless something fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/_quiet.sh
@@ -28,6 +29,8 @@ command -v java >/dev/null || missing+=(openjdk-17-jre-headless)     # Spark
 [[ -x /bin/busybox ]] || missing+=(busybox-static)                    # docker test image
 command -v chromium >/dev/null || missing+=(chromium)                  # console tests
 command -v chromedriver >/dev/null || missing+=(chromium-driver)       # ... driven by selenium
+command -v debootstrap >/dev/null || missing+=(debootstrap)            # compose test's base images
+command -v docker-compose >/dev/null || missing+=(docker-compose)      # ... and compose itself
 if (( ${#missing[@]} )); then
   log "installing ${missing[*]}"
   apt_install "${missing[@]}"
