@@ -15,6 +15,7 @@ The first run builds everything (several minutes); later runs reuse the images a
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -196,6 +197,12 @@ def _workers(stack: Stack) -> list[Any]:
         client.close()
 
 
+async def _two_workers(stack: Stack) -> list[Any]:
+    """The running worker containers of the stack's pool once there are two, else []."""
+    workers = await asyncio.to_thread(_workers, stack)
+    return workers if len(workers) == 2 else []
+
+
 async def _ready(api_url: str) -> bool:
     async with httpx.AsyncClient(timeout=5) as http:
         try:
@@ -218,12 +225,14 @@ async def test_compose_stack_answers_a_request(stack: Stack) -> None:
             assert answer.ok, answer
             assert answer.body == b"hi from the host"
             who = json.loads((await client.call(stack.pool, key, path="whoami", timeout=60)).body)
-        workers = _workers(stack)
+        # Two workers, as deploy/compose/osrdyne.toml asks (the first may answer while the
+        # driver still creates the second), on the stack's own network.
+        workers = await eventually(
+            lambda: _two_workers(stack), timeout=300, interval=1, what="two worker containers"
+        )
         assert who["key"] == key
         assert who["worker_id"] in {c.name for c in workers}
         assert {c.image.tags[0] for c in workers} == {"osrdyne-echo-worker:latest"}
-        # Two workers, as deploy/compose/osrdyne.toml asks, on the stack's own network.
-        assert len(workers) == 2
         assert {n for c in workers for n in c.attrs["NetworkSettings"]["Networks"]} == {
             stack.env["OSRDYNE_NETWORK"]
         }
