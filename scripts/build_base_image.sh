@@ -92,7 +92,7 @@ fi
 if ! has_image "$RABBITMQ_IMAGE"; then
   log "building ${RABBITMQ_IMAGE} from Debian's rabbitmq-server on ${BASE_IMAGE}"
   # Host network: the engine has no bridge of its own for builds (ensure_dockerd.sh).
-  quietly docker build --network host --build-arg "BASE_IMAGE=${BASE_IMAGE}" \
+  quietly docker build --force-rm --network host --build-arg "BASE_IMAGE=${BASE_IMAGE}" \
     -f deploy/compose/Dockerfile.rabbitmq -t "$RABBITMQ_IMAGE" deploy/compose
 fi
 

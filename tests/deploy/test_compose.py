@@ -16,6 +16,7 @@ The first run builds everything (several minutes); later runs reuse the images a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -37,6 +38,8 @@ REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "deploy" / "compose" / "docker-compose.yml"
 BASE_IMAGE = "osrdyne-base:python3.11-bookworm"
 RABBITMQ_IMAGE = "osrdyne-rabbitmq:bookworm"
+#: The images the compose file builds (deploy/compose/docker-compose.yml, `image:`).
+BUILT_IMAGES = ("osrdyne:latest", "osrdyne-echo-worker:latest")
 #: Bounds of the slow steps (a loaded two-core machine; the first build installs from PyPI).
 SETUP_SECONDS = 1800
 COMPOSE_SECONDS = 1200
@@ -165,7 +168,10 @@ def stack() -> Iterator[Stack]:
         amqp_url=f"amqp://guest:guest@127.0.0.1:{amqp_port}/%2F",
         api_url=f"http://127.0.0.1:{api_port}",
     )
-    made.run("build")
+    replaced = _image_ids(docker_host)
+    # --force-rm (v1's classic builds): a failed step leaves no container behind.
+    made.run("build", *(["--force-rm"] if compose == ["docker-compose"] else []))
+    _remove_replaced(docker_host, replaced)
     try:
         # Returns once the broker is healthy and the controller's container started.
         made.run("up", "--detach")
@@ -185,6 +191,39 @@ def stack() -> Iterator[Stack]:
         finally:
             client.close()
             made.run("down", "--volumes", "--remove-orphans", timeout=300)
+
+
+def _image_ids(docker_host: str) -> dict[str, str]:
+    """The ids of the stack's built images now, by tag."""
+    import docker
+    import docker.errors
+
+    client = docker.DockerClient(base_url=docker_host, version="auto", timeout=60)
+    try:
+        ids = {}
+        for tag in BUILT_IMAGES:
+            with contextlib.suppress(docker.errors.ImageNotFound):
+                ids[tag] = client.images.get(tag).id
+        return ids
+    finally:
+        client.close()
+
+
+def _remove_replaced(docker_host: str, before: dict[str, str]) -> None:
+    """Remove the images a rebuild untagged: the engine's vfs storage keeps full copies."""
+    import docker
+    import docker.errors
+
+    after = _image_ids(docker_host)
+    client = docker.DockerClient(base_url=docker_host, version="auto", timeout=60)
+    try:
+        for tag, old in before.items():
+            if after.get(tag) != old:
+                # In use by another stack's container (a parallel run): that run's to keep.
+                with contextlib.suppress(docker.errors.APIError):
+                    client.images.remove(old)
+    finally:
+        client.close()
 
 
 def _workers(stack: Stack) -> list[Any]:
