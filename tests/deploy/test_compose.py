@@ -156,9 +156,10 @@ def stack() -> Iterator[Stack]:
         "OSRDYNE_DOCKER_SOCKET": docker_host.removeprefix("unix://"),
         "OSRDYNE_NETWORK": project,
         "OSRDYNE_POOL": pool,
-        "OSRDYNE_AMQP_PORT": str(amqp_port),
-        "OSRDYNE_MANAGEMENT_PORT": str(management_port),
-        "OSRDYNE_API_PORT": str(api_port),
+        # Published on loopback only: the stack's broker lets guest in.
+        "OSRDYNE_AMQP_PORT": f"127.0.0.1:{amqp_port}",
+        "OSRDYNE_MANAGEMENT_PORT": f"127.0.0.1:{management_port}",
+        "OSRDYNE_API_PORT": f"127.0.0.1:{api_port}",
     }
     made = Stack(
         compose=compose,
