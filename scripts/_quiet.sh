@@ -16,11 +16,13 @@ quietly() {
   return "$status"
 }
 
-# apt-get install PACKAGES..., quietly, with the package lists refreshed once per run.
+# apt-get install PACKAGES..., quietly, with the package lists refreshed once per run. Another
+# installer holding dpkg's lock (a parallel set-up) is waited for, bounded, instead of failing.
 apt_install() {
+  local lock=(-o "DPkg::Lock::Timeout=${OSRDYNE_APT_LOCK_WAIT_SECONDS:-600}")
   if [[ -z "${_OSRDYNE_APT_UPDATED:-}" ]]; then
-    quietly apt-get update
+    quietly apt-get "${lock[@]}" update
     export _OSRDYNE_APT_UPDATED=1
   fi
-  DEBIAN_FRONTEND=noninteractive quietly apt-get install -y --no-install-recommends "$@"
+  DEBIAN_FRONTEND=noninteractive quietly apt-get "${lock[@]}" install -y --no-install-recommends "$@"
 }

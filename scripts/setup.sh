@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Everything the demo and the tests need, installed by the project itself: a virtualenv with
 # the package and its extras (.venv), Java for Spark, busybox-static for the docker driver's
-# test image, headless Chromium and its driver for the console's browser tests, Prometheus for
-# the HPA mode's metric test, the AMQP clients of other stacks the interop tests use
-# (scripts/ensure_interop_clients.sh), the container root of the systemd driver's tests
-# (scripts/ensure_systemd.sh build), and a RabbitMQ broker with its management API, left
-# running (scripts/ensure_broker.sh).
+# test image, debootstrap and Debian's docker-compose for the compose test (tests/deploy, on
+# the base images scripts/build_base_image.sh makes), headless Chromium and its driver for the
+# console's browser tests, Prometheus for the HPA mode's metric test, the AMQP clients of
+# other stacks the interop tests use (scripts/ensure_interop_clients.sh), the container root
+# of the systemd driver's tests (scripts/ensure_systemd.sh build), and a RabbitMQ broker with
+# its management API, left running (scripts/ensure_broker.sh).
 # Idempotent, and quiet unless something fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +32,8 @@ command -v java >/dev/null || missing+=(openjdk-17-jre-headless)     # Spark
 command -v chromium >/dev/null || missing+=(chromium)                  # console tests
 command -v chromedriver >/dev/null || missing+=(chromium-driver)       # ... driven by selenium
 command -v promtool >/dev/null || missing+=(prometheus)                # HPA mode's metric test
+command -v debootstrap >/dev/null || missing+=(debootstrap)            # compose test's base images
+command -v docker-compose >/dev/null || missing+=(docker-compose)      # ... and compose itself
 if (( ${#missing[@]} )); then
   log "installing ${missing[*]}"
   apt_install "${missing[@]}"
