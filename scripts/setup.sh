@@ -4,9 +4,9 @@
 # test image, debootstrap and Debian's docker-compose for the compose test (tests/deploy, on
 # the base images scripts/build_base_image.sh makes), headless Chromium and its driver for the
 # console's browser tests, Prometheus for the HPA mode's metric test, the AMQP clients of
-# other stacks the interop tests use (scripts/ensure_interop_clients.sh), the container root
-# of the systemd driver's tests (scripts/ensure_systemd.sh build), and a RabbitMQ broker with
-# its management API, left running (scripts/ensure_broker.sh).
+# other stacks the interop tests use (scripts/ensure_interop_clients.sh), and a RabbitMQ
+# broker with its management API, left running (scripts/ensure_broker.sh). The systemd
+# driver's container root is made by scripts/test.sh (the demo does not need it).
 # Idempotent, and quiet unless something fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,7 +40,4 @@ if (( ${#missing[@]} )); then
 fi
 
 scripts/ensure_interop_clients.sh
-# The systemd driver's tests boot a real systemd in a container: its tools and its root
-# (debootstrap, once, about two minutes) are made here rather than inside a test's time.
-scripts/ensure_systemd.sh build
 scripts/ensure_broker.sh
