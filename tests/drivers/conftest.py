@@ -131,12 +131,19 @@ def _nspawn_running() -> bool:
         return False
 
 
+def unit_binds(paths: set[Path]) -> str:
+    """The checkout and interpreter, bound read-only into a unit: the template's
+    `PrivateTmp=yes` hides a checkout under /tmp (a CI clone), `ProtectHome` one under /root."""
+    return "".join(f"BindReadOnlyPaths={path}\n" for path in sorted(paths))
+
+
 @pytest.fixture(scope="session")
 def systemd_host() -> Iterator[SystemdHost]:
     """A real systemd as PID 1 of a systemd-nspawn container (started once per session, and
     stopped at the end when this session started it), with the worker template of
     deploy/systemd installed, plus one test drop-in: ExecStart runs the echo worker with this
-    interpreter, and ProtectHome=read-only since that interpreter lives under /root."""
+    interpreter, ProtectHome=read-only since that interpreter lives under /root, and the
+    checkout and interpreter bound read-only (a checkout under /tmp is hidden by PrivateTmp)."""
     if os.geteuid() != 0:
         _unavailable("booting systemd in a container needs root")
     if shutil.which("nsenter") is None:
@@ -168,7 +175,7 @@ def systemd_host() -> Iterator[SystemdHost]:
         "[Service]\n"
         "ExecStart=\n"
         f"ExecStart={Path(sys.prefix) / 'bin' / 'python'} -m worker_sdk.examples.echo\n"
-        "ProtectHome=read-only\n"
+        "ProtectHome=read-only\n" + unit_binds(binds)
     )
     reload = host.systemctl("daemon-reload")
     assert reload.returncode == 0, reload.stderr

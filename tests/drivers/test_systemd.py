@@ -29,7 +29,7 @@ from osrdyne import Client
 from osrdyne.controller import Controller
 from osrdyne.exceptions import PoolNotFound
 from tests.conftest import controller_settings
-from tests.drivers.conftest import SystemdHost
+from tests.drivers.conftest import SystemdHost, unit_binds
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -500,6 +500,7 @@ async def test_the_controller_unit_runs_a_pool_on_systemd(
         "ExecStart=\n"
         f"ExecStart={Path(sys.prefix) / 'bin' / 'python'} -m osrdyne run "
         "--config /etc/osrdyne/%i.toml\n"
+        + unit_binds({Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(), repo})
     )
     environment = {
         "PYTHONPATH": str(repo),
