@@ -59,8 +59,10 @@ async def _broker_channels(name: str) -> bool:
         listing = (
             await http.get("/connections", params={"columns": "channels,client_properties"})
         ).json()
+    # A connection's figures appear with the broker's next statistics emission: absent
+    # (None) until then, which is not yet an answer.
     mine = [
-        c["channels"]
+        c.get("channels")
         for c in listing
         if (c.get("client_properties") or {}).get("connection_name") == name
     ]
