@@ -180,7 +180,9 @@ if [[ -n $pid ]]; then
   for path in "${wanted[@]}"; do
     if ! printf '%s\n' "${have[@]}" | grep -qxF -- "$path"; then
       log "the running container lacks $path: restarting it with it"
-      wanted+=("${have[@]}")
+      for kept in "${have[@]}"; do  # what it had, unless gone since (a removed checkout)
+        [[ -e $kept ]] && wanted+=("$kept")
+      done
       stop
       pid=
       break
