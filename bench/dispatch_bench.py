@@ -13,7 +13,9 @@ something else on the machine hits every system, not just one):
 * **cold key**: a fresh key's first request, split into orphan handling, worker start, and
   total first answer; with standby workers off (every worker started for its key) and on
   (`--standby N`: the subprocess driver keeps N workers started ahead of demand, a new key
-  takes one), beside the floor of a plain aio-pika worker spawned by hand for the key.
+  takes one), beside the floor of a plain aio-pika worker spawned by hand for the key, and
+  (`--baseline REF`) an earlier commit's osrdyne, controller and echo worker, run from a
+  `git archive` of it: a regression of the cold path is seen in the run that makes it.
 
 Throughput: N requests with C in flight (a sliding window). Latency: sequential calls (C=1).
 Then ratios against the targets. Everything the script creates (pools, queues, exchanges,
@@ -22,6 +24,7 @@ policies, processes) is removed at the end, also on failure or Ctrl-C.
     python bench/dispatch_bench.py --quick                  # ~1 minute
     python bench/dispatch_bench.py                          # full: N=5000 C=64, 1000 seq, 20 cold
     python bench/dispatch_bench.py --queue-type classic
+    python bench/dispatch_bench.py --quick --baseline 38bd5b1   # the first version beside
 """
 
 from __future__ import annotations
@@ -582,6 +585,14 @@ class Bench:
     def standby_pool(self) -> str:
         return f"bench-standby-{self.tag}"
 
+    @property
+    def baseline_pool(self) -> str:
+        return f"bench-base-{self.tag}"
+
+    @property
+    def pools(self) -> tuple[str, ...]:
+        return (self.pool, self.cold_pool, self.standby_pool, self.baseline_pool)
+
     def raw_queue(self, variant: str) -> str:
         return f"bench-raw-{variant}-{self.tag}"
 
@@ -602,6 +613,77 @@ class Bench:
         await asyncio.wait_for(controller.wait_leader(), 30)
         return controller
 
+    async def start_baseline(self, ref: str) -> None:
+        """Run `ref`'s controller (its own code, from `git archive`) for the baseline pool,
+        with `ref`'s echo worker, as a child process; back once it forwards a request."""
+        from osrdyne import Client
+
+        root = self.tmp / "baseline"
+        root.mkdir()
+        archive = subprocess.run(
+            ["git", "archive", "--format=tar", ref], cwd=REPO, capture_output=True, check=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", str(root)], input=archive, check=True)
+        config = root / "bench.toml"
+        config.write_text(
+            "\n".join(
+                [
+                    f"pool = {json.dumps(self.baseline_pool)}",
+                    "[amqp]",
+                    f"url = {json.dumps(AMQP_URL)}",
+                    f"management_url = {json.dumps(MANAGEMENT_URL)}",
+                    "[groups]",
+                    "unbind_delay = 3600",
+                    "stop_delay = 3600",
+                    "[queues]",
+                    f"type = {json.dumps(self.args.queue_type)}",
+                    "[api]",
+                    "enabled = false",
+                    "[driver]",
+                    'kind = "subprocess"',
+                    "[driver.subprocess]",
+                    f"command = {json.dumps([sys.executable, '-m', 'worker_sdk.examples.echo'])}",
+                    f"env = {{ WORKER_CONCURRENCY = {json.dumps(str(self.args.c))} }}",
+                    f"owner = {json.dumps(str(self.tmp / 'baseline-owner'))}",
+                    "stop_timeout = 5",
+                    f"cwd = {json.dumps(str(root))}",
+                    "",
+                ]
+            )
+        )
+        # PYTHONPATH before the editable install of this checkout: the controller and its
+        # workers import `ref`'s osrdyne, drivers and worker_sdk.
+        env = {**os.environ, "PYTHONPATH": str(root)}
+        with open(self.tmp / "baseline.log", "wb") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "osrdyne", "run", "--config", str(config)],
+                cwd=root,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.children.procs.append(proc)
+        # Its exchanges exist once it leads: until then a call is refused; the first key's
+        # answer (a cold start of `ref`'s own) is not measured.
+        async with Client(AMQP_URL, name="dispatch bench baseline") as client:
+            deadline = time.monotonic() + 60
+            while True:
+                if proc.poll() is not None:
+                    raise SystemExit(
+                        f"the baseline controller ({ref}) exited {proc.returncode}: see "
+                        f"{self.tmp / 'baseline.log'}"
+                    )
+                try:
+                    response = await client.call(self.baseline_pool, "warm-up", PAYLOAD, timeout=60)
+                except Exception:  # noqa: BLE001 - not leading yet
+                    if time.monotonic() > deadline:
+                        raise
+                    await asyncio.sleep(0.2)
+                    continue
+                assert response.ok and response.body == PAYLOAD, response
+                return
+
     async def cleanup(self) -> None:
         if self.celery is not None:
             self.celery.close()
@@ -612,14 +694,13 @@ class Bench:
                 await asyncio.wait_for(task, 30)
         self.children.kill_all()
         policies = [
-            f"osrdyne-{pool}-{kind}"
-            for pool in (self.pool, self.cold_pool, self.standby_pool)
-            for kind in ("requests", "poison")
+            f"osrdyne-{pool}-{kind}" for pool in self.pools for kind in ("requests", "poison")
         ]
         try:
             deleted = await asyncio.to_thread(
                 delete_objects,
-                [self.pool + "-", self.cold_pool + "-", self.standby_pool + "-", self.celery_queue]
+                [pool + "-" for pool in self.pools]
+                + [self.celery_queue]
                 + [self.raw_queue(v) for v in RAW_VARIANTS],
                 policies,
             )
@@ -856,8 +937,15 @@ async def measure_cold(
     standby = None
     if args.standby:
         standby = await bench.start_controller(bench.standby_pool, standby=args.standby)
+    if args.baseline:
+        await bench.start_baseline(args.baseline)
     async with Client(AMQP_URL, confirm=not args.no_confirm, name="dispatch bench cold") as client:
         for i in range(args.cold_keys):
+            if standby is not None:
+                # the replacement of the previous key's standby worker starts while its
+                # interpreter imports: let it settle so it does not load the floor's and the
+                # standby-off row's machine
+                await wait_standby_waiting(standby, args.standby)
             floor_ms = await floor_first_answer(bench, i)
             key = f"cold-{i}"
             row = {
@@ -870,6 +958,12 @@ async def measure_cold(
                 f"{row['worker_start_ms']:.0f} ms, first answer "
                 f"{row['total_first_answer_ms']:.0f} ms"
             )
+            if args.baseline:
+                started = time.monotonic()
+                response = await client.call(bench.baseline_pool, key, PAYLOAD, timeout=120)
+                assert response.ok and response.body == PAYLOAD, response
+                row["baseline_first_answer_ms"] = _ms(time.monotonic(), started)
+                line += f"; {args.baseline}: {row['baseline_first_answer_ms']:.0f} ms"
             if standby is not None:
                 await wait_standby_waiting(standby, args.standby)
                 on = {
@@ -1015,7 +1109,12 @@ def report(
         print()
         print("| phase | p50 ms | p95 ms | max ms |")
         print("| --- | --- | --- | --- |")
-        for k, label in COLD_LABELS.items():
+        labels = dict(COLD_LABELS)
+        if args.baseline:
+            labels["baseline_first_answer_ms"] = (
+                f"baseline: publish -> first answer, osrdyne at {args.baseline}"
+            )
+        for k, label in labels.items():
             v = columns[k]
             print(f"| {label} | {pct(v, 50):.1f} | {pct(v, 95):.1f} | {max(v):.1f} |")
         hist = results["orphan_histogram"]
@@ -1028,6 +1127,16 @@ def report(
         checks.append(
             ("cold first answer ours/hand-spawned floor (per key)", spread(ratios), "", 0)
         )
+        if args.baseline:
+            ratios = [r["total_first_answer_ms"] / r["baseline_first_answer_ms"] for r in cold]
+            checks.append(
+                (
+                    f"standby off: cold first answer ours/{args.baseline} (per key)",
+                    spread(ratios),
+                    "<=",
+                    1.0,
+                )
+            )
         if standby:
             on = {k: [row[k] for row in standby] for k in standby[0]}
             print()
@@ -1100,6 +1209,11 @@ def main() -> None:
     parser.add_argument("--cold-keys", type=int, help="fresh keys (20; quick 5)")
     parser.add_argument(
         "--standby", type=int, default=2, help="standby workers of the standby row (0: no row)"
+    )
+    parser.add_argument(
+        "--baseline",
+        metavar="REF",
+        help="also run this commit's osrdyne (controller and echo worker) for the cold keys",
     )
     parser.add_argument("--skip-celery", action="store_true")
     parser.add_argument("--no-confirm", action="store_true", help="requests without confirms")
