@@ -1103,80 +1103,7 @@ def report(
         checks.append(("throughput ours/celery", paired(ours, cel, "tp"), ">=", 1.5))
         checks.append(("p50 latency ours/celery", paired(ours, cel, "p50"), "", 0))
     if cold:
-        columns = {k: [row[k] for row in cold] for k in cold[0]}
-        print()
-        print(f"cold keys: {len(cold)} fresh keys, one at a time, {args.queue_type} queues")
-        print()
-        print("| phase | p50 ms | p95 ms | max ms |")
-        print("| --- | --- | --- | --- |")
-        labels = dict(COLD_LABELS)
-        if args.baseline:
-            labels["baseline_first_answer_ms"] = (
-                f"baseline: publish -> first answer, osrdyne at {args.baseline}"
-            )
-        for k, label in labels.items():
-            v = columns[k]
-            print(f"| {label} | {pct(v, 50):.1f} | {pct(v, 95):.1f} | {max(v):.1f} |")
-        hist = results["orphan_histogram"]
-        print(
-            f"\nosrdyne_orphan_handling_seconds: count {hist['count']}, mean "
-            f"{hist['mean_s'] * 1000:.1f} ms, "
-            f"p50 bucket <= {hist['p50_bucket_upper_s'] * 1000:g} ms"
-        )
-        ratios = [r["total_first_answer_ms"] / r["floor_first_answer_ms"] for r in cold]
-        checks.append(
-            ("cold first answer ours/hand-spawned floor (per key)", spread(ratios), "", 0)
-        )
-        if args.baseline:
-            ratios = [r["total_first_answer_ms"] / r["baseline_first_answer_ms"] for r in cold]
-            checks.append(
-                (
-                    f"standby off: cold first answer ours/{args.baseline} (per key)",
-                    spread(ratios),
-                    "<=",
-                    1.0,
-                )
-            )
-        if standby:
-            on = {k: [row[k] for row in standby] for k in standby[0]}
-            print()
-            print(
-                f"standby workers: the same keys' first answers with `standby = "
-                f"{args.standby}` (a new key takes a worker started ahead of demand), "
-                "interleaved with the rows above"
-            )
-            print()
-            print("| phase | standby off p50 ms | standby on p50 ms | standby on p95 ms |")
-            print("| --- | --- | --- | --- |")
-            for k, label in COLD_LABELS.items():
-                print(
-                    f"| {label} | {pct(columns[k], 50):.1f} | {pct(on[k], 50):.1f} | "
-                    f"{pct(on[k], 95):.1f} |"
-                )
-            first = on["total_first_answer_ms"]
-            checks.append(
-                (
-                    "standby on: first answer p50 ms",
-                    (pct(first, 50), min(first), max(first)),
-                    "<=",
-                    TARGETS["standby_first_answer_p50_ms"],
-                )
-            )
-            ratios = [r["total_first_answer_ms"] / r["floor_first_answer_ms"] for r in standby]
-            checks.append(
-                (
-                    "standby on: first answer ours/hand-spawned floor (per key)",
-                    spread(ratios),
-                    "<=",
-                    1.0,
-                )
-            )
-        for k, name in (
-            ("publish_to_in_queue_ms", "orphan p50 ms, client publish -> in queue"),
-            ("orphan_handling_ms", "orphan p50 ms, controller handling (histogram's span)"),
-        ):
-            v = pct(columns[k], 50)
-            checks.append((name, (v, min(columns[k]), max(columns[k])), "<=", 25.0))
+        checks += cold_report(args, cold, standby, results)
     print()
     print("| ratio (per-round paired: median [min-max]) | value | target | met |")
     print("| --- | --- | --- | --- |")
@@ -1190,6 +1117,89 @@ def report(
         {"name": name, "median_min_max": value, "op": op, "target": target}
         for name, value, op, target in checks
     ]
+
+
+def cold_report(
+    args: argparse.Namespace,
+    cold: list[dict[str, float]],
+    standby: list[dict[str, float]],
+    results: dict[str, Any],
+) -> list[tuple[str, tuple[float, float, float], str, float]]:
+    """The cold keys' tables; the ratios to check."""
+    checks: list[tuple[str, tuple[float, float, float], str, float]] = []
+    columns = {k: [row[k] for row in cold] for k in cold[0]}
+    print()
+    print(f"cold keys: {len(cold)} fresh keys, one at a time, {args.queue_type} queues")
+    print()
+    print("| phase | p50 ms | p95 ms | max ms |")
+    print("| --- | --- | --- | --- |")
+    labels = dict(COLD_LABELS)
+    if args.baseline:
+        labels["baseline_first_answer_ms"] = (
+            f"baseline: publish -> first answer, osrdyne at {args.baseline}"
+        )
+    for k, label in labels.items():
+        v = columns[k]
+        print(f"| {label} | {pct(v, 50):.1f} | {pct(v, 95):.1f} | {max(v):.1f} |")
+    hist = results["orphan_histogram"]
+    print(
+        f"\nosrdyne_orphan_handling_seconds: count {hist['count']}, mean "
+        f"{hist['mean_s'] * 1000:.1f} ms, "
+        f"p50 bucket <= {hist['p50_bucket_upper_s'] * 1000:g} ms"
+    )
+    ratios = [r["total_first_answer_ms"] / r["floor_first_answer_ms"] for r in cold]
+    checks.append(("cold first answer ours/hand-spawned floor (per key)", spread(ratios), "", 0))
+    if args.baseline:
+        ratios = [r["total_first_answer_ms"] / r["baseline_first_answer_ms"] for r in cold]
+        checks.append(
+            (
+                f"standby off: cold first answer ours/{args.baseline} (per key)",
+                spread(ratios),
+                "<=",
+                1.0,
+            )
+        )
+    if standby:
+        on = {k: [row[k] for row in standby] for k in standby[0]}
+        print()
+        print(
+            f"standby workers: the same keys' first answers with `standby = "
+            f"{args.standby}` (a new key takes a worker started ahead of demand), "
+            "interleaved with the rows above"
+        )
+        print()
+        print("| phase | standby off p50 ms | standby on p50 ms | standby on p95 ms |")
+        print("| --- | --- | --- | --- |")
+        for k, label in COLD_LABELS.items():
+            print(
+                f"| {label} | {pct(columns[k], 50):.1f} | {pct(on[k], 50):.1f} | "
+                f"{pct(on[k], 95):.1f} |"
+            )
+        first = on["total_first_answer_ms"]
+        checks.append(
+            (
+                "standby on: first answer p50 ms",
+                (pct(first, 50), min(first), max(first)),
+                "<=",
+                TARGETS["standby_first_answer_p50_ms"],
+            )
+        )
+        ratios = [r["total_first_answer_ms"] / r["floor_first_answer_ms"] for r in standby]
+        checks.append(
+            (
+                "standby on: first answer ours/hand-spawned floor (per key)",
+                spread(ratios),
+                "<=",
+                1.0,
+            )
+        )
+    for k, name in (
+        ("publish_to_in_queue_ms", "orphan p50 ms, client publish -> in queue"),
+        ("orphan_handling_ms", "orphan p50 ms, controller handling (histogram's span)"),
+    ):
+        v = pct(columns[k], 50)
+        checks.append((name, (v, min(columns[k]), max(columns[k])), "<=", 25.0))
+    return checks
 
 
 def main() -> None:

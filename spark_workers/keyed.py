@@ -26,6 +26,16 @@ A standby worker (started ahead of demand, docs/protocol.md) starts Spark before
 offered keys (a `Worker.on_standby` hook): it holds a started JVM and SparkSession, or an
 open Connect session, and a new key only loads its dataset.
 
+Caching a dataset reads all of it, which takes longer than answering a query from its source.
+Over Spark Connect, by default (`cache_in_background`), the worker reports ready once the
+dataset is defined, answers from the source, and builds the cache (a session-scoped
+checkpoint, a plan of its own) on a thread of its own; once it is complete the worker serves
+from memory (`cached` is set). A cache that cannot be built leaves the worker answering from
+the source (one log line), unless the server is gone. Embedded Spark caches before `ready`:
+it substitutes a cache being built into the plans of queries on the same data, so they would
+wait for it anyway; a standby embedded worker instead warms its JVM (`session.warm_up`) so
+that loading, caching and the first query of its key run on compiled code.
+
     app = SparkWorker(load=lambda spark, key: spark.read.parquet(f"/data/{key}"))
 
     @app.handler()
@@ -127,6 +137,9 @@ class SparkWorker:
         self._fatal_lock = threading.Lock()
         #: The session a standby worker started before it had a key.
         self._warm: SparkSession | None = None
+        #: Set once the dataset is served from memory (or will never be: caching off, a key
+        #: that cannot be served, a cache that could not be built).
+        self.cached = threading.Event()
 
     @property
     def worker(self) -> Worker:
@@ -187,19 +200,11 @@ class SparkWorker:
             timings["spark_start_s"] = time.perf_counter() - t0
             t1 = time.perf_counter()
             df = self._load(spark, key)
-            rows = None
-            if self.settings.cache:
-                if self.settings.cache_partitions:
-                    df = df.coalesce(self.settings.cache_partitions)
-                if connect.is_remote(spark):
-                    df, rows = connect.cache(df)  # session-scoped: released with the session
-                else:
-                    df = df.cache()
-                    rows = df.count()
             df.createOrReplaceTempView(VIEW_NAME)
             timings["load_s"] = time.perf_counter() - t1
         except catalog.DatasetError as exc:
             self.load_error = str(exc)
+            self.cached.set()
             logger.error("key %r cannot be served: %s", key, exc)
             return
         self._runner = cancellation.Runner(
@@ -208,16 +213,66 @@ class SparkWorker:
         self._watch = None if connect.is_remote(spark) else jvm.Watch.of(spark)
         if self._watch is not None:
             self._watch.subscribe(self._jvm_exited)
-        self.data = LoadedDataset(
-            key=key, spark=spark, df=df, settings=self.settings, timings=timings, rows=rows
-        )
+        source = LoadedDataset(key=key, spark=spark, df=df, settings=self.settings, timings=timings)
+        if not self.settings.cache:
+            self.data = source
+            self.cached.set()
+        elif self.settings.cache_in_background and connect.is_remote(spark):
+            self.data = source  # answered from the source until the cache is complete
+            threading.Thread(
+                target=self._cache_in_background, args=(source,), name="dataset cache", daemon=True
+            ).start()
+        else:
+            try:
+                self._cache(source)  # a failure ends the process: its driver starts another
+            finally:
+                self.cached.set()
         logger.info(
-            "dataset %r loaded: %s rows, spark start %.2f s, load %.2f s",
+            "dataset %r loaded: spark start %.2f s, load %.2f s%s",
             key,
-            rows,
             timings["spark_start_s"],
             timings["load_s"],
+            ", caching in the background" if not self.cached.is_set() else "",
         )
+
+    def _cache(self, source: LoadedDataset) -> None:
+        """Read the dataset into memory, then serve from there: a new `LoadedDataset` (so
+        handler state such as planned queries starts afresh on the cached data)."""
+        started = time.perf_counter()
+        df = source.df
+        if self.settings.cache_partitions:
+            df = df.coalesce(self.settings.cache_partitions)
+        if connect.is_remote(source.spark):
+            df, rows = connect.cache(df)  # session-scoped: released with the session
+        else:
+            df = df.cache()
+            rows = df.count()
+        df.createOrReplaceTempView(VIEW_NAME)
+        timings = {**source.timings, "cache_s": time.perf_counter() - started}
+        self.data = dataclasses.replace(source, df=df, rows=rows, timings=timings, extras={})
+        logger.info("dataset %r cached: %d rows in %.2f s", source.key, rows, timings["cache_s"])
+
+    def _cache_in_background(self, source: LoadedDataset) -> None:
+        """`_cache` on a thread of its own, while requests are answered from the source."""
+        try:
+            self._cache(source)
+        except Exception as exc:
+            self._cache_failed(source, exc)
+        finally:
+            self.cached.set()
+
+    def _cache_failed(self, source: LoadedDataset, exc: Exception) -> None:
+        """A cache that could not be built in the background: the worker goes on answering
+        from the source, unless what failed is the server (then it ends, as a handler would)."""
+        if self._stopping:
+            return  # the session was stopped under it
+        if connect.is_remote(source.spark) and connect.is_connection_error(exc):
+            with self._fatal_lock:
+                if self.lost is None:
+                    self.lost = jvm.JvmLost("server_lost", None)
+            self._end(EXIT_SERVER_LOST, f"the Spark Connect server is gone: {str(exc)[:200]}")
+        else:
+            logger.warning("dataset %r not cached, answered from its source: %s", source.key, exc)
 
     def call(self, fn: SparkHandler, request: Request) -> Any:
         """Run a handler on the loaded dataset, on a Spark thread in a job group; answered
@@ -333,7 +388,13 @@ class SparkWorker:
             self._warm = connect.build_remote_session(self.settings)
         else:
             self._warm = session.build_session(self.settings)
-        logger.info("standby: spark started in %.2f s", time.perf_counter() - t0)
+        started = time.perf_counter() - t0
+        session.warm_up(self._warm)
+        logger.info(
+            "standby: spark started in %.2f s, warmed up in %.2f s",
+            started,
+            time.perf_counter() - t0 - started,
+        )
 
     def _on_startup(self, worker: Worker) -> None:
         self.start(worker.settings.key, spark=self._warm)

@@ -60,6 +60,10 @@ class PlanCache:
 
 
 def _plan(data: keyed.LoadedDataset, q: query.Query) -> DataFrame:
+    return results.bounded(_checked(data, q), max_rows=data.settings.max_rows)
+
+
+def _checked(data: keyed.LoadedDataset, q: query.Query) -> DataFrame:
     limits = guard_limits(data.settings)
     if q.sql is not None and connect.is_remote(data.spark):
         # Parsed and checked here; the server only sees SQL written from the checked tree.

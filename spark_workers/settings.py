@@ -79,6 +79,14 @@ class SparkWorkerSettings(BaseSettings):
         "and falls back to Parquet.",
     )
     cache: bool = Field(default=True, description="Cache the dataset in memory once loaded.")
+    cache_in_background: bool = Field(
+        default=True,
+        description="Spark Connect: report ready once the dataset is defined, and answer "
+        "from its source while the cache is built on a thread of its own: a new key's first "
+        "answers come without waiting for the whole dataset to be read into memory (they read "
+        "the source until the cache is complete). False: ready only once cached. Embedded "
+        "Spark always caches before ready (queries would wait for a cache being built).",
+    )
     cache_partitions: int | None = Field(
         default=None,
         ge=1,

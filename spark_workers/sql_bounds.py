@@ -44,6 +44,17 @@ class OutOfBounds(Exception):
         self.details = details
 
 
+def check_plan_size(size: int, *, max_plan_nodes: int) -> None:
+    """Refuse a query whose plan would hold more than `max_plan_nodes` nodes once its CTEs
+    are expanded (`size`: `expanded_size`, or the text guard's count of the same)."""
+    if size > max_plan_nodes:
+        raise OutOfBounds(
+            f"the query's plan would hold {size} nodes once its CTEs are expanded (at most "
+            f"{max_plan_nodes}, SPARK_WORKER_MAX_PLAN_NODES)",
+            limit="max_plan_nodes",
+        )
+
+
 class Budget:
     """What one parsed query generates, call by call."""
 

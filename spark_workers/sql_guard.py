@@ -149,14 +149,9 @@ def check_parsed(trees: list[Tree], *, limits: Limits | None = None) -> None:
         for tree in trees:
             checker.visit(tree)
         size = sum(sql_bounds.expanded_size(tree) for tree in trees)
+        sql_bounds.check_plan_size(size, max_plan_nodes=limits.max_plan_nodes)
     except sql_bounds.OutOfBounds as exc:
         raise QueryRefused(str(exc), **exc.details) from None
-    if size > limits.max_plan_nodes:
-        raise QueryRefused(
-            f"the query's plan would hold {size} nodes once its CTEs are expanded (at most "
-            f"{limits.max_plan_nodes}, SPARK_WORKER_MAX_PLAN_NODES)",
-            limit="max_plan_nodes",
-        )
 
 
 def check_analyzed(

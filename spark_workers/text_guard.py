@@ -139,15 +139,9 @@ def check_tree(tree: exp.Expr, *, view: str = "dataset", limits: Limits | None =
     checker = _TextChecker(limits, view, _cte_names(tree))
     try:
         checker.visit(tree)
-        size = _expanded_size(tree, {})
+        sql_bounds.check_plan_size(_expanded_size(tree, {}), max_plan_nodes=limits.max_plan_nodes)
     except sql_bounds.OutOfBounds as exc:
         raise QueryRefused(str(exc), **exc.details) from None
-    if size > limits.max_plan_nodes:
-        raise QueryRefused(
-            f"the query's plan would hold {size} nodes once its CTEs are expanded (at most "
-            f"{limits.max_plan_nodes}, SPARK_WORKER_MAX_PLAN_NODES)",
-            limit="max_plan_nodes",
-        )
 
 
 #: An operator line of Spark's plan rendering: tree drawing, then the node's name.

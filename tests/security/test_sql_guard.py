@@ -28,6 +28,7 @@ SET_PROPERTY = f"'java.lang.System', 'setProperty', '{PWNED}', 'yes'"
 def app(spark: Any, datasets: Path) -> Iterator[SparkWorker]:
     worker = query_worker.create_app(settings_for(datasets))
     worker.start("trips", spark=spark)
+    worker.cached.wait(300)
     yield worker
 
 

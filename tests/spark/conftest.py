@@ -114,6 +114,7 @@ def make_app(spark: Any, datasets: Path) -> Callable[..., SparkWorker]:
     def make(key: str = "trips", **overrides: Any) -> SparkWorker:
         app = query_worker.create_app(settings_for(datasets, **overrides))
         app.start(key, spark=spark)
+        app.cached.wait(300)  # the tests look at a worker serving from memory
         return app
 
     return make

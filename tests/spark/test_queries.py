@@ -161,3 +161,25 @@ def test_repeated_queries_reuse_their_plan(app: SparkWorker) -> None:
     assert other["rows"][0]["n"] < first["rows"][0]["n"] and cache.hits == hits + 1
     arrow = call(app, {**doc, "format": "arrow"})  # same plan, other encoding
     assert isinstance(arrow, bytes) and cache.hits == hits + 2
+
+
+def test_embedded_spark_caches_before_ready(make_app: Callable[..., SparkWorker]) -> None:
+    """`cache_in_background` is for Spark Connect: embedded Spark would make the queries
+    answered meanwhile wait for the cache being built (it substitutes it into their plans)."""
+    app = make_app("trips", cache_in_background=True)
+    assert app.cached.is_set() and app.data is not None
+    assert app.data.df.is_cached and app.data.rows == TRIPS_ROWS
+
+
+def test_warm_up_leaves_nothing_behind(app: SparkWorker) -> None:
+    """A standby worker's warm-up (`session.warm_up`) caches nothing for good and leaves no
+    view: the key it gets later finds the session as it was."""
+    from spark_workers import session
+
+    assert app.data is not None
+    spark = app.data.spark
+    views = {t.name for t in spark.catalog.listTables()}
+    persisted = spark.sparkContext._jsc.getPersistentRDDs().size()
+    session.warm_up(spark)
+    assert {t.name for t in spark.catalog.listTables()} == views
+    assert spark.sparkContext._jsc.getPersistentRDDs().size() == persisted

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from spark_workers import sql_allowlist
 from tests.security.test_allowlist import REFUSED
+from tests.security.test_resources import GENERATED_FROM_CONSTANTS
 from tests.security.test_sql_guard import COMMANDS, REFLECTION
 from tests.spark_connect.test_connect_workers import HOSTILE_SQL
 
@@ -269,25 +270,7 @@ STATEMENTS = [
     "SELECT \"reflect\"('java.lang.System', 'getenv', 'HOME')",
     "SELECT `re``flect`('a', 'b')",
     "SELECT U&'\\0041' AS u",
-    "SELECT sequence(1, passengers * 100000000) FROM dataset",
-    "SELECT repeat('x', CAST(fare AS INT) * 100000000) FROM dataset",
-    "SELECT sequence(DATE '0001-01-01', DATE '9999-12-31')",
-    "SELECT explode(sequence(1, 100000000))",
-    "SELECT repeat('x', 1500000000)",
-    "SELECT length(repeat('x', 1500000000)) AS n",
-    "SELECT * FROM VALUES (length(space(1500000000))) AS v(n)",
-    "SELECT 1 LIMIT length(lpad('', 1500000000, 'x'))",
-    "SELECT rpad('x', 1500000000)",
-    "SELECT size(array_repeat(0, 1500000000))",
-    "SELECT size(array_insert(array(1), 1500000000, 2))",
-    "SELECT stack(1500000000, 1)",
-    "SELECT format_number(1.5D, 1500000000)",
-    "SELECT randstr(1500000000)",
-    "SELECT repeat(repeat('x', 5000), 5000)",
-    "SELECT transform(sequence(1, 5000), x -> sequence(1, 5000))",
-    "WITH a AS (SELECT repeat('x', 5000) AS s) SELECT length(repeat(s, 5000)) FROM a",
-    "SELECT histogram_numeric(fare, 1500000000) FROM dataset",
-    "SELECT approx_count_distinct(trip_id, 0.00001) FROM dataset",
+    *GENERATED_FROM_CONSTANTS,
     "SELECT repeat('x', times => 1500000000)",
     "SELECT 1 FROM dataset GROUP BY CUBE(" + ", ".join(["city"] * 24) + ")",
     "SELECT 1 FROM dataset GROUP BY CUBE(city, fare), CUBE(" + ", ".join(["tip"] * 11) + ")",
