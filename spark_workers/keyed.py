@@ -83,6 +83,12 @@ EXIT_SERVER_LOST = 72
 _EXIT_WAIT = 5.0
 #: Seconds past the drain timeout after which a worker ending itself exits regardless.
 _HARD_EXIT_MARGIN = 15.0
+#: A Connect worker caching in the background lets requests go first: it waits this long for
+#: a request already queued to arrive, then until none is being answered, at most
+#: `_CACHE_YIELD` seconds in all (the first answers, from the source, then do not share the
+#: server's cores with the cache's build).
+_CACHE_SETTLE = 0.25
+_CACHE_YIELD = 10.0
 
 
 @dataclasses.dataclass
@@ -140,6 +146,9 @@ class SparkWorker:
         #: Set once the dataset is served from memory (or will never be: caching off, a key
         #: that cannot be served, a cache that could not be built).
         self.cached = threading.Event()
+        #: Requests being answered (`call`), and its condition.
+        self._active = 0
+        self._busy = threading.Condition()
 
     @property
     def worker(self) -> Worker:
@@ -253,8 +262,12 @@ class SparkWorker:
         logger.info("dataset %r cached: %d rows in %.2f s", source.key, rows, timings["cache_s"])
 
     def _cache_in_background(self, source: LoadedDataset) -> None:
-        """`_cache` on a thread of its own, while requests are answered from the source."""
+        """`_cache` on a thread of its own, while requests are answered from the source
+        (they go first: `_CACHE_YIELD`)."""
         try:
+            time.sleep(_CACHE_SETTLE)
+            with self._busy:
+                self._busy.wait_for(lambda: self._active == 0, _CACHE_YIELD - _CACHE_SETTLE)
             self._cache(source)
         except Exception as exc:
             self._cache_failed(source, exc)
@@ -291,6 +304,8 @@ class SparkWorker:
         left = request.time_left()
         if left is not None:
             timeout = min(timeout, left)
+        with self._busy:
+            self._active += 1
         try:
             return runner.run(
                 lambda: fn(request, data),
@@ -307,6 +322,10 @@ class SparkWorker:
                 raise
             details = {"reason": lost.reason, "exit_code": lost.exit_code}
             raise HandlerError(lost.message, details=details) from exc
+        finally:
+            with self._busy:
+                self._active -= 1
+                self._busy.notify_all()
 
     # -- the end of a worker that cannot go on --------------------------------------------
 

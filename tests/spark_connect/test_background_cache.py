@@ -93,3 +93,46 @@ def test_a_cache_that_cannot_be_built_leaves_the_source_served(
     assert "not cached, answered from its source: no memory for the cache" in caplog.text
     assert app.exit_code is None and app.lost is None
     assert sum(r["n"] for r in call(app, GROUP_BY)["rows"]) == TRIPS_ROWS
+
+
+def test_requests_go_before_the_cache_build(make_app: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The build waits while a request is being answered (the first answers do not share
+    the server's cores with it), and starts once none is. (The settling time is made long
+    enough for this test's request to be under way before it ends, however busy the
+    machine.)"""
+    from spark_workers import keyed
+    from tests.spark.conftest import make_request
+
+    monkeypatch.setattr(keyed, "_CACHE_SETTLE", 3.0)
+
+    build_started = threading.Event()
+
+    def recorded(app: SparkWorker) -> Any:
+        build = app._cache
+
+        def record_then_build(source: Any) -> None:
+            build_started.set()
+            build(source)
+
+        return record_then_build
+
+    answering, release = threading.Event(), threading.Event()
+
+    def slow(request: Any, data: Any) -> str:
+        answering.set()
+        release.wait(60)
+        return "answered"
+
+    app = make_app(recorded)
+    app.start("trips")
+    answer: list[Any] = []
+    caller = threading.Thread(target=lambda: answer.append(app.call(slow, make_request())))
+    caller.start()
+    assert answering.wait(30)
+    # Past the settling time the build still waits: a request is being answered.
+    assert not build_started.wait(4.0) and not app.cached.is_set()
+    release.set()
+    caller.join(60)
+    assert answer == ["answered"]
+    assert build_started.wait(30) and app.cached.wait(240)
+    assert app.data is not None and app.data.rows == TRIPS_ROWS
