@@ -191,8 +191,14 @@ async def test_a_stopped_worker_releases_its_data(
         groups={"unbind_delay": 1, "stop_delay": 2},
     )
     assert total(await client.call(pool, "trips", COUNT_BY_CITY, timeout=180)) == TRIPS_ROWS
-    held = [b for b in conftest.storage() if b["id"] not in before]
-    assert held and sum(b["numCachedPartitions"] for b in held) > 0
+    # The worker answers from the source while its cache is built (`cache_in_background`).
+    held = await eventually(
+        lambda: [
+            b for b in conftest.storage() if b["id"] not in before and b["numCachedPartitions"] > 0
+        ],
+        timeout=120,
+        what="the worker's cached blocks are held by the server",
+    )
 
     # Idle, the group is stopped: its worker releases its session, the server its blocks.
     await eventually(
