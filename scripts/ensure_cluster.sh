@@ -179,10 +179,44 @@ case "${1:-}" in
   *) echo "usage: $0 [--stop | --purge | --start N]" >&2; exit 2 ;;
 esac
 
+# Every node's management API answers its `/api/nodes` (seen: RabbitMQ 3.10 nodes whose AMQP
+# port and rabbitmqctl answer while their management API fails every request with 500,
+# `{badkey,'osrdyne-c1@localhost'}` in rabbit_mgmt_db, after a long run of faults).
+api_healthy() {
+  local n
+  for n in "${NODES[@]}"; do
+    [[ $(curl -s -o /dev/null -m 5 -w '%{http_code}' -u guest:guest \
+      "http://127.0.0.1:$(mgmt_port "$n")/api/nodes?columns=name") == 200 ]] || return 1
+  done
+}
+
+bring_up() {
+  # All three at once: nodes that were clustered wait for each other when they boot.
+  for n in "${NODES[@]}"; do start_node "$n"; done
+  for n in "${NODES[@]}"; do wait_node "$n"; done
+  for n in 2 3; do join "$n"; done
+}
+
 prepare
-# All three at once: nodes that were clustered wait for each other when they boot.
-for n in "${NODES[@]}"; do start_node "$n"; done
-for n in "${NODES[@]}"; do wait_node "$n"; done
-for n in 2 3; do join "$n"; done
+bring_up
+for _ in $(seq 1 20); do api_healthy && break; sleep 1; done
+if ! api_healthy; then
+  log "a management API fails its requests: restarting the three nodes"
+  stop_all
+  for n in "${NODES[@]}"; do
+    for _ in $(seq 1 30); do port_open "$(amqp_port "$n")" || break; sleep 1; done
+    # A node whose rabbitmqctl no longer answers either: end its VM (found by its port).
+    pid=$(ss -ltnpH "sport = :$(amqp_port "$n")" | grep -o 'pid=[0-9]*' | head -1 | cut -d= -f2)
+    if [[ -n $pid ]]; then
+      log "ending $(node_name "$n") (pid $pid)"
+      kill -TERM "$pid" 2>/dev/null || true
+      for _ in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+  done
+  bring_up
+  for _ in $(seq 1 60); do api_healthy && break; sleep 1; done
+  api_healthy || { log "the management API still fails; the nodes' logs: $BASE/c*/log"; exit 1; }
+fi
 log "three nodes clustered: $(node_name 1) $(node_name 2) $(node_name 3)"
 print_urls
