@@ -173,13 +173,22 @@ done
 
 install_tools
 
+# A bound path that was removed and made again since (a checkout cloned anew at the same
+# path): the container still sees the old, deleted directory there.
+replaced() {
+  local leader
+  leader=$(pgrep -P "$pid" | head -1)
+  [[ -n $leader ]] || return 1
+  [[ $(stat -c %d:%i "$1" 2>/dev/null) != $(stat -c %d:%i "/proc/$leader/root$1" 2>/dev/null) ]]
+}
+
 pid=$(nspawn_pid)
 if [[ -n $pid ]]; then
   have=()
   [[ -f $BINDS ]] && mapfile -t have <"$BINDS"
   for path in "${wanted[@]}"; do
-    if ! printf '%s\n' "${have[@]}" | grep -qxF -- "$path"; then
-      log "the running container lacks $path: restarting it with it"
+    if ! printf '%s\n' "${have[@]}" | grep -qxF -- "$path" || replaced "$path"; then
+      log "the running container lacks $path (or sees an older one): restarting it with it"
       for kept in "${have[@]}"; do  # what it had, unless gone since (a removed checkout)
         [[ -e $kept ]] && wanted+=("$kept")
       done
