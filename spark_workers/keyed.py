@@ -101,7 +101,7 @@ class LoadedDataset:
     settings: settings_mod.SparkWorkerSettings
     #: Seconds spent starting Spark and loading the data (for logs and benchmarks).
     timings: dict[str, float] = dataclasses.field(default_factory=dict)
-    #: Row count taken when caching (None when caching is off).
+    #: Row count taken when caching (None when caching is off, or still being built).
     rows: int | None = None
     #: State handlers keep with the dataset (the query worker's plan cache...).
     extras: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -280,10 +280,7 @@ class SparkWorker:
         if self._stopping:
             return  # the session was stopped under it
         if connect.is_remote(source.spark) and connect.is_connection_error(exc):
-            with self._fatal_lock:
-                if self.lost is None:
-                    self.lost = jvm.JvmLost("server_lost", None)
-            self._end(EXIT_SERVER_LOST, f"the Spark Connect server is gone: {str(exc)[:200]}")
+            self._end_server_lost(exc)
         else:
             logger.warning("dataset %r not cached, answered from its source: %s", source.key, exc)
 
@@ -345,10 +342,7 @@ class SparkWorker:
     def _server_lost(self, exc: BaseException, request: Request) -> None:
         """The Spark Connect server went away (its session with it): end the worker, and give
         `request` back to the queue, once (see `connect`)."""
-        with self._fatal_lock:
-            if self.lost is None:
-                self.lost = jvm.JvmLost("server_lost", None)
-        self._end(EXIT_SERVER_LOST, f"the Spark Connect server is gone: {str(exc)[:200]}")
+        self._end_server_lost(exc)
         if request.redelivered:
             raise HandlerError(
                 "the Spark Connect server went away while this request ran, and it had "
@@ -356,6 +350,13 @@ class SparkWorker:
                 details={"reason": "server_lost"},
             ) from exc
         raise Requeue("the Spark Connect server went away") from exc
+
+    def _end_server_lost(self, exc: BaseException) -> None:
+        """The Spark Connect server is gone, and this worker's session and data with it."""
+        with self._fatal_lock:
+            if self.lost is None:
+                self.lost = jvm.JvmLost("server_lost", None)
+        self._end(EXIT_SERVER_LOST, f"the Spark Connect server is gone: {str(exc)[:200]}")
 
     def _jvm_exited(self, lost: jvm.JvmLost) -> None:
         if self._stopping:
