@@ -121,6 +121,8 @@ def settings_dict(
             "unbind_delay": 30,
             "stop_delay": 30,
             "loop_interval": 1.0,
+            # Queue figures in `/status` as fresh as without broker events.
+            "listing_interval": 1.0,
             "activity_fold": 0.2,
         },
         "api": {"enabled": False},

@@ -7,7 +7,9 @@ listens to queue deletions and binding removals: one of the pool's request queue
 unbound from the request exchange, by someone else than the request-queue loop (an operator,
 a policy, a crashed node's cleanup) makes the loop declare or bind that queue again at once,
 without listing every queue (the cost of a repair does not grow with the pool's keys), instead
-of at its next listing (`groups.loop_interval`); a name it cannot place makes it list.
+of at its next listing; a name it cannot place makes it list. While events are heard, the full
+listing (anti-entropy, and the queue figures `/status` shows) runs every
+`groups.listing_interval` instead of every `groups.loop_interval`.
 
 Without the plugin the exchange does not exist: the controller says so once and relies on its
 listings, as before. The events come from the broker, but their headers are still read as
@@ -54,6 +56,8 @@ class BrokerEvents:
         self.received = 0
         #: Whether the broker publishes events (None: not known yet).
         self.available: bool | None = None
+        #: The channel the events arrive on, once listening.
+        self.channel: aio_pika.abc.AbstractChannel | None = None
 
     async def start(self) -> None:
         """Listen, if the broker has the event exchange and lets this user read it; else
@@ -85,6 +89,14 @@ class BrokerEvents:
             )
             return
         self.available = True
+        self.channel = channel
+        self._queue_loop.events_heard = True
+        channel.close_callbacks.add(self._closed)
+
+    def _closed(self, *_: object) -> None:
+        """The events' channel closed: nothing says what others change any more, so the
+        queue loop lists every `loop_interval` again."""
+        self._queue_loop.events_heard = False
 
     async def _on_event(self, message: aio_pika.abc.AbstractIncomingMessage) -> None:
         self.received += 1

@@ -75,6 +75,7 @@ class RequestQueueLoop:
         settings: QueueSettings,
         tracker: PoolStateTracker,
         interval: float,
+        listing_interval: float | None = None,
         metrics: ControllerMetrics,
         operation_timeout: float = 10.0,
         concurrency: int = 8,
@@ -90,6 +91,10 @@ class RequestQueueLoop:
         self._settings = settings
         self._tracker = tracker
         self._interval = interval
+        self._listing_interval = interval if listing_interval is None else listing_interval
+        #: Whether broker events are heard (`_broker_events`): they say what someone else
+        #: changed, so the full listing runs only every `listing_interval`.
+        self.events_heard = False
         self._metrics = metrics
         #: Broker operations at once: paced by how the broker keeps up (`_pacing`).
         self.pacing = AimdLimit(initial=concurrency, maximum=max_concurrency)
@@ -103,8 +108,10 @@ class RequestQueueLoop:
         self.listings = 0
         #: Broker events that asked for a listing (changes not made by this loop).
         self.pokes = 0
-        #: Someone else changed the pool's queues (a broker event): list them again now.
+        #: Someone else changed the pool's queues (a broker event): a pass now.
         self._poked = asyncio.Event()
+        #: A broker event named a queue this loop cannot place: list every queue now.
+        self._list_now = False
         #: Keys whose queue a broker event says was deleted (True) or unbound (False) by
         #: someone else: repaired on the next pass without listing every queue.
         self._repairs: dict[str, bool] = {}
@@ -138,28 +145,31 @@ class RequestQueueLoop:
                         types.MappingProxyType(errors),
                     )
                 )
-                # Anti-entropy: trust the broker, not memory. Once per interval, also while
-                # changes keep coming (a busy pool's figures in `/status` stay fresh).
-                next_listing = listed_at + self._interval - time.monotonic()
-                if next_listing <= 0:
+                # Anti-entropy: trust the broker, not memory. Once per listing interval,
+                # also while changes keep coming (a busy pool's figures in `/status` stay
+                # fresh); rarely while broker events say what others change.
+                every = self._interval if errors else self.listing_interval
+                next_listing = listed_at + every - time.monotonic()
+                if next_listing <= 0 or self._list_now:
+                    self._list_now = False
                     actual = await self._list()
                     listed_at = time.monotonic()
                     continue
                 wait = min(self._interval, 1.0) if errors else self._interval
-                if await self._wait_change(version, min(wait, next_listing)):
-                    self._repair(actual)
-                    continue
-                if self._repairs:
-                    self._repair(actual)  # the queues an event named: no listing of all
-                    continue
-                actual = await self._list()
-                listed_at = time.monotonic()
+                await self._wait_change(version, min(wait, next_listing))
+                # The queues an event named are repaired without listing every queue.
+                self._repair(actual)
         finally:
             await self._channels.close()
 
-    async def _wait_change(self, version: int, timeout: float) -> bool:
-        """True when the expected state changed within `timeout`; False when the queues
-        should be listed again (the timeout passed, or a broker event says they changed)."""
+    @property
+    def listing_interval(self) -> float:
+        """Seconds between two full listings: `listing_interval` while broker events are
+        heard, else the loop's interval."""
+        return self._listing_interval if self.events_heard else self._interval
+
+    async def _wait_change(self, version: int, timeout: float) -> None:
+        """Until the expected state changes, a broker event asks for a pass, or `timeout`."""
         changed = asyncio.ensure_future(self._tracker.state.changed_since(version))
         poked = asyncio.ensure_future(self._poked.wait())
         try:
@@ -171,8 +181,6 @@ class RequestQueueLoop:
             poked.cancel()
         if poked in done:
             self._poked.clear()
-            return False
-        return changed in done
 
     def queue_changed(self, name: str, *, deleted: bool = True) -> None:
         """A broker event: queue `name` was deleted (or unbound, `deleted=False`). Unless this
@@ -184,6 +192,7 @@ class RequestQueueLoop:
         key = self._key_of(name)
         if key is None:
             self.repairs += 1  # unknown name: list everything (the anti-entropy pass)
+            self._list_now = True
             self._poked.set()
         elif deleted:
             # Made again only after a grace: RabbitMQ (3.10) can leave a consumer of the

@@ -117,6 +117,7 @@ async def build(
         settings=s.queues,
         tracker=tracker,
         interval=s.groups.loop_interval,
+        listing_interval=s.groups.listing_interval,
         metrics=metrics,
         operation_timeout=s.amqp.operation_timeout,
     )

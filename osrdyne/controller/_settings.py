@@ -179,8 +179,18 @@ class GroupSettings(BaseModel):
     loop_interval: float = Field(
         default=10.0,
         gt=0,
-        description="Seconds between control-loop passes without any change (re-lists queues "
-        "and groups: anti-entropy).",
+        description="Seconds between control-loop passes without any change (re-lists the "
+        "driver's groups, and the request queues when broker events are not heard: "
+        "anti-entropy).",
+    )
+    listing_interval: float = Field(
+        default=60.0,
+        gt=0,
+        description="Seconds between two full listings of the pool's request queues while "
+        "broker events (rabbitmq_event_exchange) keep the controller current: the "
+        "anti-entropy pass, paged and off the request path, and the age of the queue depths "
+        "and placement `/status` shows (`queues_read_at`). Without events the queues are "
+        "listed every `loop_interval`, as the events would otherwise say what changed.",
     )
     activity_fold: float = Field(
         default=1.0,

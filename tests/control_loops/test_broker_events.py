@@ -25,7 +25,7 @@ async def queue_exists(name: str) -> bool:
 async def test_a_queue_deleted_by_hand_is_made_again_from_the_event(
     make_controller: Callable[..., Awaitable[Running]], pool: str, client: Client
 ) -> None:
-    running = await make_controller(pool, groups={"loop_interval": 3600})
+    running = await make_controller(pool, groups={"loop_interval": 3600, "listing_interval": 3600})
     session = running.controller.session
     assert session is not None and session.events.available, "the event exchange is missing"
     # A readable name, and a key too long for one (its queue's name is hashed).
@@ -63,7 +63,7 @@ async def test_a_queue_deleted_by_hand_is_made_again_from_the_event(
 async def test_a_binding_removed_by_hand_is_bound_again_from_the_event(
     make_controller: Callable[..., Awaitable[Running]], pool: str, client: Client
 ) -> None:
-    running = await make_controller(pool, groups={"loop_interval": 3600})
+    running = await make_controller(pool, groups={"loop_interval": 3600, "listing_interval": 3600})
     session = running.controller.session
     assert session is not None and session.events.available
     assert (await client.call(pool, "k", b"before", timeout=60)).ok
@@ -87,7 +87,13 @@ async def test_the_loops_own_deletions_do_not_make_it_list_again(
     """A group stopped by the controller: the events of its own unbinding and deletion are
     heard, and ask for no new listing."""
     running = await make_controller(
-        pool, groups={"loop_interval": 3600, "unbind_delay": 0.5, "stop_delay": 0.5}
+        pool,
+        groups={
+            "loop_interval": 3600,
+            "listing_interval": 3600,
+            "unbind_delay": 0.5,
+            "stop_delay": 0.5,
+        },
     )
     session = running.controller.session
     assert session is not None and session.events.available
@@ -114,3 +120,38 @@ async def bound(name: str, pool: str, key: str) -> bool:
 
 async def _gone(name: str) -> bool:
     return not await queue_exists(name)
+
+
+async def test_while_events_are_heard_the_queues_are_listed_rarely(
+    make_controller: Callable[..., Awaitable[Running]], pool: str, client: Client
+) -> None:
+    """The full listing's cost grows with the pool's keys: while events say what others
+    change, it runs every `listing_interval`, not at each pass; once the events' channel is
+    gone, every `loop_interval` again."""
+    running = await make_controller(pool, groups={"loop_interval": 0.2, "listing_interval": 3600})
+    session = running.controller.session
+    assert session is not None and session.events.available
+    loop = session.queue_loop
+    assert loop.events_heard and loop.listing_interval == 3600
+    listings = loop.listings
+    passes = _passes(running)
+    # Passes go on (a new key is served, and the loop waits `loop_interval` between them)...
+    assert (await client.call(pool, "k", b"x", timeout=60)).ok
+    await eventually(lambda: _passes(running) >= passes + 10, what="ten passes")
+    # ...without a listing.
+    assert loop.listings == listings
+    assert session.events.channel is not None
+    await session.events.channel.close()
+    assert not loop.events_heard and loop.listing_interval == 0.2
+    await eventually(lambda: loop.listings >= listings + 3, what="listings again")
+
+
+def _passes(running: Running) -> float:
+    """The request-queue loop's passes so far (its pass-time histogram's count)."""
+    metrics = running.controller.metrics
+    return next(
+        sample.value
+        for family in metrics.loop_seconds.collect()
+        for sample in family.samples
+        if sample.name.endswith("_count") and sample.labels.get("loop") == "queues"
+    )
