@@ -128,6 +128,33 @@ class Node:
     async def drop_vhost(self, vhost: str) -> None:
         await self.http.delete(f"/vhosts/{urllib.parse.quote(vhost, safe='')}")
 
+    async def empty_root(self) -> None:
+        """Delete every queue and exchange of the `/` vhost but the broker's own (what the
+        controller made there), as dropping a vhost would: the controller runs in `/`, the one
+        vhost the broker's events are published to (`event_exchange.vhost`)."""
+        limit = asyncio.Semaphore(16)
+
+        async def delete(path: str) -> None:
+            async with limit:
+                await self.http.delete(path)
+
+        for kind in ("queues", "exchanges"):
+            while True:
+                response = await self.http.get(
+                    f"/{kind}/%2F", params={"page": 1, "page_size": 500, "columns": "name"}
+                )
+                response.raise_for_status()
+                names = [
+                    item["name"]
+                    for item in response.json()["items"]
+                    if item["name"] and not item["name"].startswith("amq.")
+                ]
+                if not names:
+                    break
+                await asyncio.gather(
+                    *(delete(f"/{kind}/%2F/{urllib.parse.quote(n, safe='')}") for n in names)
+                )
+
     def urls(self, vhost: str) -> tuple[str, str]:
         quoted = urllib.parse.quote(vhost, safe="")
         return (
@@ -217,14 +244,11 @@ async def broker_pace(node: Node, queue_type: str, n: int, channels: int = 8) ->
         await node.drop_vhost(vhost)
 
 
-#: Seconds over which the idle controller's CPU is measured (three default passes).
-IDLE_WINDOW = 30.0
 
 
 async def one_size(node: Node, queue_type: str, n: int) -> dict[str, Any]:
     floor = await broker_pace(node, queue_type, n)
-    vhost = f"bench-{queue_type}-{n}"
-    await node.make_vhost(vhost)
+    vhost = "/"  # the vhost of the broker's events
     amqp, management = node.urls(vhost)
     pool = f"scale-{queue_type}-{n}"
     before = await node.figures()
@@ -258,13 +282,15 @@ async def one_size(node: Node, queue_type: str, n: int) -> dict[str, Any]:
         burst = time.perf_counter() - began
         burst_cpu = time.process_time() - burst_cpu0
         refused = controller.metrics.orphans.labels("overloaded")._value.get()
-        # Idle: anti-entropy passes only, at the default `loop_interval` (what an operator
-        # gets). CPU of this process per pass, and over IDLE_WINDOW seconds.
+        # Idle: passes and anti-entropy listings only, at the default `loop_interval` and
+        # `listing_interval` (what an operator gets), over one listing interval: its passes
+        # and one full listing (broker events keep the controller current in between).
         passes = controller.metrics.loop_seconds.labels("queues")
         await asyncio.sleep(controller.settings.groups.loop_interval + 1)
+        idle_window = controller.settings.groups.listing_interval
         count0, sum0 = _histogram(passes)
         cpu0 = time.process_time()
-        await asyncio.sleep(IDLE_WINDOW)
+        await asyncio.sleep(idle_window)
         cpu = time.process_time() - cpu0
         count1, sum1 = _histogram(passes)
         rss = rss_mb()
@@ -280,7 +306,7 @@ async def one_size(node: Node, queue_type: str, n: int) -> dict[str, Any]:
     finally:
         controller.stop()
         await asyncio.wait_for(task, 120)
-        await node.drop_vhost(vhost)
+        await node.empty_root()
     done = count1 - count0
     return {
         "type": queue_type,
@@ -301,7 +327,7 @@ async def one_size(node: Node, queue_type: str, n: int) -> dict[str, Any]:
         "status_page_ms": page_ms,
         "status_whole_ms": whole_ms,
         "status_whole_kb": whole_kb,
-        "idle_cpu_pct": 100 * cpu / IDLE_WINDOW,
+        "idle_cpu_pct": 100 * cpu / idle_window,
         "event_lag_s": event_lag,
         "rss_mb": rss,
         "broker_kb_per_queue": (after["mem_used"] - before["mem_used"]) / n / 1024,
@@ -332,22 +358,22 @@ async def status_times(controller: Controller) -> tuple[float, float, float]:
 
 async def event_lag_s(controller: Controller, node: Node, vhost: str) -> float:
     """Seconds from a request queue deleted by hand (management API) to the controller
-    having made it again (its listing shows it): the broker's event, or failing that the
-    next anti-entropy listing. NaN when it is not back within 60 s (the bench then fails)."""
-    session = controller.session
-    assert session is not None
+    having made it again, bound to the request exchange with its key (the broker shows it):
+    the broker's event (after `_queue_loop._DELETED_GRACE`), or failing that the next
+    anti-entropy listing. NaN when it is not back within 90 s (the bench then fails)."""
     key = "k00000"
     name = controller.names.request_queue(key)
-    path = f"/queues/{urllib.parse.quote(vhost, safe='')}/{urllib.parse.quote(name, safe='')}"
-    listings = session.queue_loop.listings
+    quoted = urllib.parse.quote(vhost, safe="")
+    path = f"/queues/{quoted}/{urllib.parse.quote(name, safe='')}"
+    exchange = urllib.parse.quote(controller.names.request_exchange, safe="")
+    binding = f"/bindings/{quoted}/e/{exchange}/q/{urllib.parse.quote(name, safe='')}"
     t = time.perf_counter()
     response = await node.http.delete(path)
     response.raise_for_status()
-    while time.perf_counter() - t < 60:
-        listing = session.queue_loop.listing
-        if session.queue_loop.listings > listings and listing is not None:
-            if (await node.http.get(path)).status_code == 200:
-                return time.perf_counter() - t
+    while time.perf_counter() - t < 90:
+        bound = await node.http.get(binding)
+        if bound.status_code == 200 and any(b.get("routing_key") == key for b in bound.json()):
+            return time.perf_counter() - t
         await asyncio.sleep(0.02)
     return float("nan")
 

@@ -39,7 +39,8 @@ logger = logging.getLogger(__name__)
 
 #: Seconds a deletion or unbinding of this loop's own is told apart from others' by name.
 _OWN_EVENTS_FOR = 60.0
-#: Seconds between a request queue deleted by someone else and the loop making it again.
+#: Seconds between a request queue deleted (or unbound) by someone else and the loop making
+#: (or binding) it again.
 _DELETED_GRACE = 1.0
 
 
@@ -194,16 +195,18 @@ class RequestQueueLoop:
             self.repairs += 1  # unknown name: list everything (the anti-entropy pass)
             self._list_now = True
             self._poked.set()
-        elif deleted:
+        else:
             # Made again only after a grace: RabbitMQ (3.10) can leave a consumer of the
             # deleted quorum queue attached, without its `basic.cancel`, to a queue of the
             # same name declared within milliseconds, and deliveries to it are never seen
-            # by the worker (its consumer is restored only after the cancel).
-            asyncio.get_running_loop().call_later(_DELETED_GRACE, self._repair_later, key)
-        else:
-            self._repair_later(key, deleted=False)
+            # by the worker (its consumer is restored only after the cancel). A binding's
+            # removal waits as long: a deleted queue's bindings are removed (and heard)
+            # before the queue itself, and binding a queue that is gone fails.
+            asyncio.get_running_loop().call_later(
+                _DELETED_GRACE, self._repair_later, key, deleted
+            )
 
-    def _repair_later(self, key: str, *, deleted: bool = True) -> None:
+    def _repair_later(self, key: str, deleted: bool) -> None:
         self._repairs[key] = self._repairs.get(key, False) or deleted
         self._poked.set()
 
