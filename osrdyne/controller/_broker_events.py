@@ -7,8 +7,8 @@ listens to queue deletions and binding removals: one of the pool's request queue
 unbound from the request exchange, by someone else than the request-queue loop (an operator,
 a policy, a crashed node's cleanup) makes the loop declare or bind that queue again within a
 second, without listing every queue (the cost of a repair does not grow with the pool's keys),
-instead of at its next listing; a name it cannot place makes it list. While events are heard, the full
-listing (anti-entropy, and the queue figures `/status` shows) runs every
+instead of at its next listing; a name it cannot place makes it list. While events are heard,
+the full listing (anti-entropy, and the queue figures `/status` shows) runs every
 `groups.listing_interval` instead of every `groups.loop_interval`.
 
 Without the plugin the exchange does not exist: the controller says so once and relies on its
