@@ -244,8 +244,6 @@ async def broker_pace(node: Node, queue_type: str, n: int, channels: int = 8) ->
         await node.drop_vhost(vhost)
 
 
-
-
 async def one_size(node: Node, queue_type: str, n: int) -> dict[str, Any]:
     floor = await broker_pace(node, queue_type, n)
     vhost = "/"  # the vhost of the broker's events

@@ -202,9 +202,7 @@ class RequestQueueLoop:
             # by the worker (its consumer is restored only after the cancel). A binding's
             # removal waits as long: a deleted queue's bindings are removed (and heard)
             # before the queue itself, and binding a queue that is gone fails.
-            asyncio.get_running_loop().call_later(
-                _DELETED_GRACE, self._repair_later, key, deleted
-            )
+            asyncio.get_running_loop().call_later(_DELETED_GRACE, self._repair_later, key, deleted)
 
     def _repair_later(self, key: str, deleted: bool) -> None:
         self._repairs[key] = self._repairs.get(key, False) or deleted
