@@ -3,20 +3,23 @@
 One run, on a PRIVATE RabbitMQ node (`tests/faults/rabbit_node.py`: its own ports, data and
 logs, removed afterwards; the shared broker is never touched) started under a high open-files
 limit, so the broker's own defaults do not cut the curve short. For each queue type (quorum,
-classic) and each N (default 100, 1000, 5000), in a vhost of its own (deleted afterwards, every
-queue with it), an in-process controller with the in-memory driver (queues only: no worker
-processes) takes a burst of N new keys, one request each, published as fast as the broker
-confirms. Measured:
+classic) and each N (default 100, 1000, 5000), an in-process controller with the in-memory
+driver (queues only: no worker processes), in the node's `/` vhost (the one the broker's events
+are published to; emptied afterwards), takes a burst of N new keys, one request each,
+published as fast as the broker confirms. Measured:
 
 - burst: seconds from the first publish until every orphan is forwarded, and keys/s, beside
   the floor measured just before on the same node: plain aio-pika declaring and binding N
   queues of the type on 8 channels (`burst_vs_floor`, 1.0 = the broker's own pace);
 - orphan handling p50/p99 (arrival -> confirmed republish into the new queue: every sample,
   taken by wrapping the controller's own histogram's `observe`);
-- controller CPU per anti-entropy pass (idle pool of N groups: CPU seconds of this process over
-  a window divided by the request-queue loop's passes in it, so it includes what else runs
-  in that time: gauges every second, the broker's limits every 5 s), the wall time of the
-  pass's listing of the request queues (management API) and of its convergence;
+- idle controller CPU (a pool of N groups at the default intervals, over one
+  `listing_interval`: its passes, one full listing of the request queues, gauges every second,
+  the broker's limits every 5 s), per pass and as a share of a core; the wall time of one
+  full listing (management API) and of a pass's convergence;
+- `/status`: a page of 100 groups and the whole document;
+- event lag: a request queue deleted by hand (management API) until the broker shows it made
+  again and bound with its key;
 - controller RSS (this process: the controller plus one publisher connection);
 - broker memory, file descriptors and Erlang processes per queue (node figures before and
   after, divided by N).
@@ -60,6 +63,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 import aio_pika  # noqa: E402
+import aiormq.abc  # noqa: E402
+import aiormq.connection  # noqa: E402
 import httpx  # noqa: E402
 
 from drivers.memory import MemoryDriver  # noqa: E402
@@ -508,6 +513,15 @@ def growth(rows: list[dict[str, Any]], field: str) -> str:
     return ", ".join(parts)
 
 
+async def _one_frame(self: aiormq.connection.FrameGenerator) -> aiormq.abc.ChannelFrame:
+    """aiormq's own frame iterator: one frame per socket write."""
+    if self.close_event.is_set():
+        raise StopAsyncIteration
+    frame: aiormq.abc.ChannelFrame = await self.queue.get()
+    self.queue.task_done()
+    return frame
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", type=int, nargs="*", default=[100, 1000, 5000])
@@ -515,7 +529,15 @@ async def main() -> None:
     parser.add_argument("--tracked", type=int, default=10_000, help="(0: skip)")
     parser.add_argument("--guard", type=int, default=600, help="guard burst (0: skip)")
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--one-frame-writes",
+        action="store_true",
+        help="write each AMQP frame with its own send, as aiormq does without osrdyne "
+        "(the A/B of osrdyne.wire._aiormq's batched writes)",
+    )
     args = parser.parse_args()
+    if args.one_frame_writes:
+        aiormq.connection.FrameGenerator.__anext__ = _one_frame  # type: ignore[method-assign]
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("osrdyne.controller._orphans").setLevel(logging.ERROR)  # one per refusal
     results: dict[str, Any] = {"sizes": [], "tracked": None, "guard": None}
