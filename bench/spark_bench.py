@@ -634,6 +634,21 @@ def modes_report(results: dict[str, Any], args: argparse.Namespace) -> str:
             )
             + f", worker RSS {c['rss_mib'] / e['rss_mib']:.3f}x",
         ]
+    floor = results.get("connect_floor")
+    if floor:
+        versus = ""
+        if "rabbitmq" in results:
+            fastest = min(results["rabbitmq"][n]["p50"] for n in QUERIES)
+            versus = (
+                f" = {floor['one_job']['p50'] / fastest:.2f}x embedded's fastest warm query "
+                "through RabbitMQ"
+            )
+        lines += [
+            "",
+            "Spark Connect's floor, same server, a client of its own (no worker, no broker), "
+            f"same runs: a query answered without a job p50 {floor['no_job']['p50']:.1f} ms, "
+            f"a one-task job (`range(1)`) p50 {floor['one_job']['p50']:.1f} ms{versus}",
+        ]
     scale = results.get("connect_scale")
     if scale:
         lines += [
@@ -658,6 +673,45 @@ def modes_report(results: dict[str, Any], args: argparse.Namespace) -> str:
             + (f" (stopped: {scale['stopped']})" if "stopped" in scale else "")
         )
     return "\n".join(lines)
+
+
+#: What a Spark Connect query costs before it reads any data, timed by a client of its own
+#: (no worker, no broker) on the server the worker used: the floor under a warm query.
+_CONNECT_FLOOR = """
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+from bench.spark_bench import timed
+from pyspark.sql import SparkSession
+spark = SparkSession.builder.remote(sys.argv[2]).getOrCreate()
+runs, warmup = int(sys.argv[3]), int(sys.argv[4])
+no_job = spark.createDataFrame([(1,)], "x int")  # a local relation: answered without a job
+one_job = spark.range(1)  # one job of one task
+print(json.dumps({
+    "no_job": timed(no_job.toArrow, runs, warmup),
+    "one_job": timed(one_job.toArrow, runs, warmup),
+}))
+spark.stop()
+"""
+
+
+def connect_floor(runs: int, warmup: int) -> dict[str, Any]:
+    """Trivial queries over Spark Connect, straight from a client process."""
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _CONNECT_FLOOR,
+            str(REPO),
+            f"sc://127.0.0.1:{CONNECT_PORT}",
+            str(runs),
+            str(warmup),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
 
 
 def main() -> None:
@@ -712,6 +766,8 @@ def main() -> None:
                         root, args.runs, args.warmup, Path(tmp), env=remote, server_pid=server_pid
                     )
                 )
+                log("the floor: trivial queries over Spark Connect, no worker")
+                results["connect_floor"] = connect_floor(args.runs, args.warmup)
                 if args.standby:
                     log("a new key given to a standby worker (Spark Connect)")
                     results["standby_connect"] = asyncio.run(
