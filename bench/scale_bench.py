@@ -144,7 +144,7 @@ class Node:
                 await self.http.delete(path)
 
         for kind in ("queues", "exchanges"):
-            while True:
+            for _ in range(100):  # 500 a page: 50,000 queues (a page that stays is an error)
                 response = await self.http.get(
                     f"/{kind}/%2F", params={"page": 1, "page_size": 500, "columns": "name"}
                 )
@@ -159,6 +159,8 @@ class Node:
                 await asyncio.gather(
                     *(delete(f"/{kind}/%2F/{urllib.parse.quote(n, safe='')}") for n in names)
                 )
+            else:
+                raise RuntimeError(f"{kind} of / could not all be deleted")
 
     def urls(self, vhost: str) -> tuple[str, str]:
         quoted = urllib.parse.quote(vhost, safe="")

@@ -19,6 +19,8 @@ Stages (run one after the other: this machine has two cores):
    (SPARK_WORKER_REMOTE) against a server started by scripts/ensure_spark_connect.sh, same
    data, same queries: first answer, warm p50/p95 (the structured queries, then the same as
    client SQL: `sql_guard` embedded, `text_guard` over Connect), RSS of worker and server;
+   then Connect's own floor on the same server, same runs, from a client of its own (no
+   worker, no broker): a query answered without a job, and a one-task job;
 7. then `--keys N` Connect workers at once, each on its own 1M-row dataset (copies of the
    same Parquet under N names: N distinct datasets, plans and caches), started one after
    the other while the machine keeps `--min-available-gib` available; memory after each,
