@@ -133,15 +133,17 @@ async def main() -> None:
                 await connection.channel(), wire.PoolNames(f"wstart-{uuid.uuid4().hex[:6]}")
             )
             await bench.setup()
-            for root in trees.values():  # a first start of each, not measured (disk caches)
-                await bench.start(root)
-            ready: dict[str, list[float]] = {name: [] for name in trees}
-            imports: dict[str, list[float]] = {name: [] for name in trees}
-            for _ in range(args.rounds):
-                for name, root in trees.items():
-                    ready[name].append(await bench.start(root))
-                    imports[name].append(await asyncio.to_thread(bench.import_time, root))
-            await bench.queue.delete(if_unused=False, if_empty=False)
+            try:
+                for root in trees.values():  # a first start of each, not measured (caches)
+                    await bench.start(root)
+                ready: dict[str, list[float]] = {name: [] for name in trees}
+                imports: dict[str, list[float]] = {name: [] for name in trees}
+                for _ in range(args.rounds):
+                    for name, root in trees.items():
+                        ready[name].append(await bench.start(root))
+                        imports[name].append(await asyncio.to_thread(bench.import_time, root))
+            finally:  # the quorum queue stays on the shared broker otherwise
+                await bench.queue.delete(if_unused=False, if_empty=False)
         finally:
             await connection.close()
     print(f"echo worker, {args.rounds} rounds, interleaved")

@@ -37,9 +37,9 @@ async def test_batched_frames_arrive_whole_and_in_order(
     monkeypatch.setattr(_aiormq, "_joined", counted)
     name = f"t-batches-{uuid.uuid4().hex[:8]}"
     connection = await aio_pika.connect(amqp_url)
+    setup = await connection.channel()
+    queue = await setup.declare_queue(name, auto_delete=False)
     try:
-        setup = await connection.channel()
-        queue = await setup.declare_queue(name, auto_delete=False)
         channels = [await connection.channel(publisher_confirms=True) for _ in range(CHANNELS)]
         # Every tenth body is 300 KB: more than one frame (frame_max is 128 KB).
         bodies = {
@@ -77,8 +77,8 @@ async def test_batched_frames_arrive_whole_and_in_order(
         assert all(order[c] == list(range(PER_CHANNEL)) for c in range(CHANNELS))
         # Frames did leave together (the change is in effect).
         assert batches and max(batches) > 1
-        await queue.delete(if_unused=False, if_empty=False)
     finally:
+        await queue.delete(if_unused=False, if_empty=False)  # also when an assertion failed
         await connection.close()
     # The connection's close (a frame that ends its batch) was written and answered.
     assert connection.is_closed
