@@ -1,14 +1,14 @@
 """Prometheus metrics of one worker: requests by outcome and handler latency.
 
 Each worker has a registry of its own (several workers may share a process in tests); with
-`WORKER_METRICS_PORT` set, `Worker.serve` exposes it on 127.0.0.1 at that port.
+`WORKER_METRICS_PORT` set, `Worker.serve` exposes it on 127.0.0.1 at that port. Without it
+a worker has none, and prometheus-client is imported only here, when one is made: it took
+14 ms of a new worker's start (docs/benchmarks.md, "Cold key").
 """
 
 from __future__ import annotations
 
 from typing import Any
-
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 
 _BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 
@@ -19,6 +19,8 @@ OUTCOMES = ("ok", "failed", "requeued", "expired", "invalid", "stalled")
 
 class WorkerMetrics:
     def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Histogram
+
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "osrdyne_worker_requests_total",
@@ -45,6 +47,8 @@ class WorkerMetrics:
 
     def serve(self, port: int, *, host: str = "127.0.0.1") -> None:
         """Expose the metrics over HTTP (a daemon thread of prometheus-client)."""
+        from prometheus_client import start_http_server
+
         self._server, _thread = start_http_server(port, addr=host, registry=self.registry)
         self.port = self._server.server_address[1]
 

@@ -66,7 +66,7 @@ class Worker:
     """A keyed worker. Register handlers, then `run()` (or `await serve(stop)`)."""
 
     def __init__(self, settings: WorkerSettings | None = None) -> None:
-        self.settings = settings if settings is not None else WorkerSettings()  # type: ignore[call-arg]
+        self.settings = settings if settings is not None else WorkerSettings.from_environment()
         #: Whatever startup hooks load for the key (a dataset, a model...): free for users.
         self.state: dict[str, Any] = {}
         self._handlers: dict[str | None, Handler] = {}
@@ -81,8 +81,9 @@ class Worker:
         self._replier: replies.Replier | None = None
         #: Counters of what this worker did (handled ok, failed, requeued, expired).
         self.stats: dict[str, int] = dict.fromkeys(OUTCOMES, 0)
-        #: The same counts and handler latency, for Prometheus (`WORKER_METRICS_PORT`).
-        self.metrics = WorkerMetrics()
+        #: The same counts and handler latency, for Prometheus; only with
+        #: `WORKER_METRICS_PORT` set (prometheus-client is not even imported without it).
+        self.metrics = WorkerMetrics() if self.settings.metrics_port is not None else None
         #: Why this worker ended itself (`abort`), None while it serves.
         self.aborted: str | None = None
         self._abort = asyncio.Event()
@@ -155,7 +156,7 @@ class Worker:
     async def serve(self, stop: asyncio.Event) -> None:
         """Serve requests until `stop` is set, then drain in-flight work and close."""
         s = self.settings
-        if s.metrics_port is not None:
+        if self.metrics is not None and s.metrics_port is not None:
             try:
                 self.metrics.serve(s.metrics_port)
             except OSError as exc:  # e.g. the port is taken by a sibling worker: serve anyway
@@ -223,7 +224,8 @@ class Worker:
             except (TimeoutError, aio_pika.exceptions.AMQPError, ConnectionError):
                 logger.warning("could not close the connection cleanly (broker unreachable?)")
             self._threads.shutdown(wait=False, cancel_futures=True)
-            await asyncio.to_thread(self.metrics.close)
+            if self.metrics is not None:
+                await asyncio.to_thread(self.metrics.close)
 
     async def _await_key(
         self, connection: aio_pika.abc.AbstractRobustConnection, stop: asyncio.Event
@@ -348,7 +350,8 @@ class Worker:
 
     def _count(self, outcome: str) -> None:
         self.stats[outcome] += 1
-        self.metrics.requests.labels(outcome).inc()
+        if self.metrics is not None:
+            self.metrics.requests.labels(outcome).inc()
 
     async def _handle(self, message: aio_pika.abc.AbstractIncomingMessage) -> None:
         assert self._reporter is not None
@@ -479,8 +482,10 @@ class Worker:
         try:
             return await self._call(handler, req, what=f"{req.path!r} ({req.correlation_id})")
         finally:
-            elapsed = time.monotonic() - began
-            self.metrics.handler_seconds.labels(req.path or "").observe(elapsed)
+            if self.metrics is not None:
+                self.metrics.handler_seconds.labels(req.path or "").observe(
+                    time.monotonic() - began
+                )
 
     async def _call(self, fn: Callable[..., Any], *args: Any, what: str = "") -> Any:
         """Await async callables; run sync ones in the handler thread pool. A thread whose

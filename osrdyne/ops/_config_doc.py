@@ -4,6 +4,7 @@ the two in sync, so no option goes undocumented."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import types
@@ -102,6 +103,21 @@ def render_model(model: type[BaseModel], section: str) -> list[str]:
     return lines
 
 
+def render_dataclass(settings: type[Any]) -> list[str]:
+    """The table of a settings dataclass whose fields carry a `doc` (the worker SDK's)."""
+    hints = typing.get_type_hints(settings)
+    lines = [(settings.__doc__ or "").strip().splitlines()[0], ""]
+    lines += ["| option | type | default | meaning |", "| --- | --- | --- | --- |"]
+    for field in dataclasses.fields(settings):
+        if field.default is dataclasses.MISSING:
+            default = "required"
+        else:
+            default = f"`{json.dumps(field.default)}`"
+        description = field.metadata["doc"].replace("|", "\\|").replace("\n", " ")
+        lines.append(f"| `{field.name}` | {_type(hints[field.name])} | {default} | {description} |")
+    return [*lines, ""]
+
+
 def render() -> str:
     from worker_sdk.settings import WorkerSettings
 
@@ -113,7 +129,7 @@ def render() -> str:
         "Read by `worker_sdk.Worker` from `WORKER_<OPTION>` (upper case).",
         "",
     ]
-    lines += render_model(WorkerSettings, "worker")[2:]
+    lines += render_dataclass(WorkerSettings)
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -195,7 +195,7 @@ def test_a_workers_addresses_are_checked_when_it_starts(monkeypatch: pytest.Monk
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("WORKER_AMQP_URI", "amqp://a:5681/%2F, amqp://b:5682/%2F")
-    assert WorkerSettings().amqp_uri == "amqp://a:5681/%2F,amqp://b:5682/%2F"  # type: ignore[call-arg]
+    assert WorkerSettings.from_environment().amqp_uri == "amqp://a:5681/%2F,amqp://b:5682/%2F"
     monkeypatch.setenv("WORKER_AMQP_URI", "amqp://a:5681/%2F,a:5682")
     with pytest.raises(ValueError, match="not an AMQP URI"):
-        WorkerSettings()  # type: ignore[call-arg]
+        WorkerSettings.from_environment()
