@@ -21,7 +21,7 @@ import os
 import re
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import aio_pika
@@ -40,11 +40,13 @@ from osrdyne.controller._status import (
     Generations,
     GroupQuery,
     GroupReport,
+    GroupSort,
     GroupState,
     Health,
     Leader,
     NodeReport,
     Role,
+    SortValue,
     StatusDocument,
 )
 from osrdyne.controller._tracker import GroupStatus
@@ -403,14 +405,14 @@ class Controller:
         counts = collections.Counter(state.value for state in states.values())
         doc.group_counts = dict(sorted(counts.items()))
         figures = listing.figures if listing is not None else {}
-        last_seen = session.activity.last_seen
-        page, doc.groups_matching = (query or GroupQuery()).select(
-            states,
-            messages=lambda key: int((figures.get(key) or {}).get("messages") or 0),
-            activity=lambda key: last_seen.get(key) or 0.0,
-        )
         workers = self._describe_workers()
         now = time.time()
+        value, health = self._group_facts(session, states, figures, workers, now)
+        doc.groups_stalled = sum(1 for key in states if health(key) is Health.STALLED)
+        page, doc.groups_matching = (query or GroupQuery()).select(
+            states, value=value, health=health
+        )
+        doc.page = page
         for key in page:
             group = self._group_report(session, key, states[key], workers)
             queue = figures.get(key)
@@ -424,18 +426,62 @@ class Controller:
                 head = queue.get("head_message_timestamp")
                 if isinstance(head, int | float):
                     group.oldest_message_age = max(0.0, now - head)
-                group.health = self._health(group, now)
+                group.health = health(key)
             doc.groups[key] = group
         return doc
 
-    def _health(self, group: GroupReport, now: float) -> Health:
-        """Stalled: work delivered and unanswered, and no worker report for `stall_after`
-        (workers report while they work; a wedged one stops, and its own activity never
-        keeps it looking alive)."""
-        quiet = now - group.last_activity if group.last_activity is not None else float("inf")
-        if group.messages_unacknowledged and quiet > self.settings.groups.stall_after:
-            return Health.STALLED
-        return Health.OK
+    def _group_facts(
+        self,
+        session: Session,
+        states: Mapping[str, GroupState],
+        figures: Mapping[str, Mapping[str, Any]],
+        workers: Mapping[str, Any] | None,
+        now: float,
+    ) -> tuple[Callable[[GroupSort, str], SortValue], Callable[[str], Health | None]]:
+        """A group's value for each sort, and its health, from lookups alone (no report
+        built): what `/status` filters and sorts every group on before it builds a page."""
+        reached, group_loop = session.queue_loop.reached.value, session.group_loop
+        last_seen = session.activity.last_seen
+
+        def figure(key: str, name: str) -> int | None:
+            queue = figures.get(key)
+            return None if queue is None else int(queue.get(name) or 0)
+
+        def restarts(key: str) -> int | None:
+            return None if workers is None else sum(w.restarts for w in workers.get(key, ()))
+
+        values: dict[GroupSort, Callable[[str], SortValue]] = {
+            GroupSort.KEY: lambda key: key,
+            GroupSort.STATE: lambda key: states[key].value,
+            GroupSort.SINCE: self.history.since,
+            GroupSort.WORKERS: lambda key: None if workers is None else len(workers.get(key, ())),
+            GroupSort.RESTARTS: restarts,
+            GroupSort.MESSAGES: lambda key: figure(key, "messages"),
+            GroupSort.READY: lambda key: figure(key, "messages_ready"),
+            GroupSort.UNACKED: lambda key: figure(key, "messages_unacknowledged"),
+            GroupSort.CONSUMERS: lambda key: figure(key, "consumers"),
+            GroupSort.ACTIVITY: last_seen.get,
+            GroupSort.COLD_START: self.history.cold_start,
+            GroupSort.ERROR: lambda key: reached.errors.get(key) or group_loop.errors.get(key),
+        }
+
+        def value(sort: GroupSort, key: str) -> SortValue:
+            return values[sort](key)
+
+        def health(key: str) -> Health | None:
+            """Stalled: work delivered and unanswered, and no worker report for
+            `stall_after` (workers report while they work; a wedged one stops, and its own
+            activity never keeps it looking alive); None when the queue's figures are
+            unknown."""
+            unacked = figure(key, "messages_unacknowledged")
+            if unacked is None:
+                return None
+            seen = last_seen.get(key)
+            quiet = now - seen if seen is not None else float("inf")
+            stalled = unacked and quiet > self.settings.groups.stall_after
+            return Health.STALLED if stalled else Health.OK
+
+        return value, health
 
     async def request_queues(self, *, columns: str) -> dict[str, dict[str, Any]]:
         """The pool's request queues as the management API reports them, by key."""

@@ -184,10 +184,15 @@ class StatusDocument(_Model):
     #: Standby only: who leads, when the broker says (None otherwise).
     leader: Leader | None = None
     groups: dict[str, GroupReport] = pydantic.Field(default_factory=dict)
+    #: The keys of `groups`, in the order asked for (a JSON reader may not keep the order of
+    #: an object's names: browsers put integer-like ones first).
+    page: list[str] = pydantic.Field(default_factory=list)
     #: Groups by state, all of them (whatever page `groups` is).
     group_counts: dict[str, int] = pydantic.Field(default_factory=dict)
     #: Groups matching the request's filters (`groups` holds a page of them).
     groups_matching: int = 0
+    #: Groups whose health is `stalled`, all of them (whatever page `groups` is).
+    groups_stalled: int = 0
     #: Why the queue figures are missing (a standby, or before the first listing).
     queues_error: str | None = None
     #: Epoch seconds of the listing the queue figures come from (the request-queue loop's
@@ -204,14 +209,38 @@ class StatusDocument(_Model):
 
 
 class GroupSort(enum.StrEnum):
-    """Orders of the group list."""
+    """Orders of the group list, each in its natural direction (`descending` reverses it);
+    groups without the value come last either way, ties go by key."""
 
     KEY = "key"
+    STATE = "state"
+    #: Most recent state change first.
+    SINCE = "since"
+    #: Most workers first.
+    WORKERS = "workers"
+    #: Most restarts first.
+    RESTARTS = "restarts"
     #: Most waiting requests first.
     MESSAGES = "messages"
+    #: Most requests ready for a worker first.
+    READY = "ready"
+    #: Most requests delivered and not yet answered first.
+    UNACKED = "unacked"
+    #: Most consumers first.
+    CONSUMERS = "consumers"
     #: Most recently active first.
     ACTIVITY = "activity"
-    STATE = "state"
+    #: Slowest last cold start first.
+    COLD_START = "cold_start"
+    #: Groups with an error first, by error.
+    ERROR = "error"
+
+
+#: The orders whose natural direction is the largest value first.
+_LARGEST_FIRST = frozenset(GroupSort) - {GroupSort.KEY, GroupSort.STATE, GroupSort.ERROR}
+
+#: A group's value for a sort, None when it has none (it then comes last).
+SortValue = float | str | None
 
 
 class GroupQuery(_Model):
@@ -220,37 +249,48 @@ class GroupQuery(_Model):
     #: Most groups returned (None: every one).
     limit: int | None = pydantic.Field(default=None, ge=0, le=100_000)
     offset: int = pydantic.Field(default=0, ge=0)
-    #: Only keys containing this text.
+    #: Only keys containing this text, whatever its case (the whole key with `exact`).
     key: str | None = pydantic.Field(default=None, max_length=1024)
+    #: `key` is a whole key, case included: at most one group matches.
+    exact: bool = False
     state: GroupState | None = None
+    #: Only groups of this health (`stalled`: work delivered, no worker report since).
+    health: Health | None = None
     sort: GroupSort = GroupSort.KEY
-    #: Largest first.
+    #: The other way round from the sort's natural direction.
     descending: bool = False
 
     def select(
         self,
         states: Mapping[str, GroupState],
         *,
-        messages: Callable[[str], int],
-        activity: Callable[[str], float],
+        value: Callable[[GroupSort, str], SortValue],
+        health: Callable[[str], Health | None],
     ) -> tuple[list[str], int]:
         """The keys of the page asked for, in order, and how many groups matched. Works on keys
-        and cheap lookups only, so that a page of 100 out of 10,000 groups costs the
-        filtering and sorting of keys, and the reports of 100 groups."""
+        and cheap lookups only (`value`, `health`), so that a page of 100 out of 10,000 groups
+        costs the filtering and sorting of keys, and the reports of 100 groups."""
+        needle = self.key if self.exact or self.key is None else self.key.casefold()
         matching = [
             key
             for key, state in states.items()
-            if (self.key is None or self.key in key) and (self.state is None or state is self.state)
+            if (needle is None or (key == needle if self.exact else needle in key.casefold()))
+            and (self.state is None or state is self.state)
+            and (self.health is None or health(key) is self.health)
         ]
-        order: Callable[[str], tuple[float | str, str]]
-        if self.sort is GroupSort.MESSAGES:
-            order = lambda key: (-messages(key), key)  # noqa: E731
-        elif self.sort is GroupSort.ACTIVITY:
-            order = lambda key: (-activity(key), key)  # noqa: E731
-        elif self.sort is GroupSort.STATE:
-            order = lambda key: (states[key].value, key)  # noqa: E731
+        if self.sort is GroupSort.KEY:
+            matching.sort(reverse=self.descending)
         else:
-            order = lambda key: (key, "")  # noqa: E731
-        matching.sort(key=order, reverse=self.descending)
+            pairs = [(value(self.sort, key), key) for key in matching]
+            valued = [(v, key) for v, key in pairs if v is not None]
+            unvalued = sorted(key for v, key in pairs if v is None)
+            if self.sort in _LARGEST_FIRST:
+                # Largest first, and still by key on ties: negate numbers rather than reverse.
+                valued.sort(key=lambda pair: (-pair[0], pair[1]))  # type: ignore[operator]
+            else:
+                valued.sort()
+            if self.descending:
+                valued.reverse()
+            matching = [key for _, key in valued] + unvalued
         end = None if self.limit is None else self.offset + self.limit
         return matching[self.offset : end], len(matching)

@@ -49,8 +49,12 @@ async def test_the_page_lists_groups_as_keys_are_called(
 
     await eventually(consuming, what="alpha's worker shown consuming")
     await page.wait_for("#cold-starts svg rect.bar", what="the cold starts drawn")
-    await page.type("#filter", "bet")
-    assert await page.texts("tr.group td.key") == ["beta"]
+    await page.type("#filter", "BET")  # asked of the controller once typing pauses, any case
+
+    async def filtered() -> bool:
+        return await page.texts("tr.group td.key") == ["beta"]
+
+    await eventually(filtered, what="the filter applied")
     assert (await page.texts("#group-count"))[0] == "1 of 2 group(s)"
     await page.wait_for("#pool-cards .badge.leader", what="the leader badge")
     assert await page.errors() == []
@@ -176,6 +180,48 @@ async def test_the_page_wants_the_token_or_warns_there_is_none(
     await page.open(f"{open_}/console/")
     await page.wait_for("#no-token", what="the warning that no token is set")
     await page.wait_for("#groups", what="the table without signing in")
+
+
+async def test_a_big_pool_is_paged_and_sorted_by_the_controller(
+    make_controller: MakeController, serve: Serve, page: Page, pool: str
+) -> None:
+    """120 groups (noop driver, made by orphans sent without `reply_to`): the page shows
+    100 of them in the controller's order, integer-like keys included (a browser would list
+    those first from a JSON object), the next page the other 20, and a click on a column
+    asks the controller for that order."""
+    running = await make_controller(pool, driver={"kind": "noop"})
+    base = await serve(running, token=TOKEN)
+    keys = [f"k{i:03d}" for i in range(117)] + ["7", "10", "200"]
+    connection = await aio_pika.connect(running.controller.settings.amqp.url[0])
+    async with connection:
+        channel = await connection.channel()
+        exchange = await channel.get_exchange(f"{pool}-req-xchg", ensure=False)
+        for key in keys:
+            await exchange.publish(aio_pika.Message(b"x"), routing_key=key)
+    await page.sign_in(base, TOKEN)
+
+    async def counted() -> bool:
+        return (await page.texts("#group-count")) == ["120 group(s)"]
+
+    await eventually(counted, what="120 groups counted", timeout=60)
+    shown = await page.texts("tr.group td.key")
+    assert shown == sorted(keys)[:100]  # "10", "200", "7", "k000"...: the controller's order
+    assert " 1–100 of 120 " in await page.texts(".pager span")
+    await page.click(".pager button:last-child")
+
+    async def second_page() -> list[str] | None:
+        rows = await page.texts("tr.group td.key")
+        return rows if rows and rows[0] != shown[0] else None
+
+    assert await eventually(second_page, what="the second page") == sorted(keys)[100:]
+    await page.click('th[data-column="key"]')  # again: the other way round
+
+    async def reversed_() -> bool:
+        rows = await page.texts("tr.group td.key")
+        return rows[:3] == ["k116", "k115", "k114"]
+
+    await eventually(reversed_, what="the keys from Z to A")
+    assert await page.errors() == []
 
 
 def _quote(key: str) -> str:

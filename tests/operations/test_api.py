@@ -172,6 +172,26 @@ async def test_status_pages_filters_and_sorts_groups_from_memory(
         assert summary["groups"] == {} and summary["group_counts"] == {"active": 6}
         reverse = (await http.get("/status", params={"descending": "true"})).json()
         assert list(reverse["groups"])[0] == "zeta"
-        for bad in ({"limit": -1}, {"sort": "evil"}, {"state": "x"}, {"nope": "1"}):
+        # The console's columns, filters and counts, all served the same way.
+        fewest = {"sort": "ready", "descending": "true", "limit": 1}
+        assert list((await http.get("/status", params=fewest)).json()["groups"]) == ["alpha"]
+        nobody = (await http.get("/status", params={"sort": "consumers"})).json()
+        assert list(nobody["groups"]) == sorted(keys)  # ties go by key
+        any_case = (await http.get("/status", params={"key": "ETA"})).json()
+        assert sorted(any_case["groups"]) == ["beta", "zeta"]
+        exact = (await http.get("/status", params={"key": "beta", "exact": "true"})).json()
+        assert list(exact["groups"]) == ["beta"]
+        assert (await http.get("/status", params={"key": "Beta", "exact": "true"})).json()[
+            "groups"
+        ] == {}
+        healthy = (await http.get("/status", params={"health": "ok", "limit": 0})).json()
+        assert healthy["groups_matching"] == 6 and healthy["groups_stalled"] == 0
+        for bad in (
+            {"limit": -1},
+            {"sort": "evil"},
+            {"state": "x"},
+            {"health": "x"},
+            {"nope": "1"},
+        ):
             answer = await http.get("/status", params=bad)
             assert answer.status_code == 400 and "bad status query" in answer.json()["error"]

@@ -18,6 +18,9 @@ class App {
     this.state = { whoami: null, status: null, overview: null, timeline: null };
     this.view = null;
     this.timers = {};
+    // Each status request is numbered: an answer to an older one (the view, page, filter or
+    // order changed meanwhile) is dropped.
+    this.statusAsked = 0;
     window.addEventListener("hashchange", () => this.route());
   }
 
@@ -29,8 +32,7 @@ class App {
       return this.fatal(error);
     }
     this.renderIdentity();
-    this.route();
-    this.pollStatus();
+    this.route(); // polls the status of the view it shows
     this.pollOverview();
     this.pollPoison();
   }
@@ -100,6 +102,7 @@ class App {
     this.state.timeline = null;
     replace(this.root, this.view.node);
     this.render();
+    this.pollStatus(); // the new view asks for what it shows
     if (key !== null) {
       this.refreshTimeline();
       this.refreshPoison();
@@ -154,18 +157,24 @@ class App {
     this.timers[name] = setTimeout(fn, delay);
   }
 
+  // The status document with what the view shows only (a page of groups, or one key): a
+  // pool of 10,000 groups is filtered, sorted and paged by the controller, not here.
   async pollStatus() {
+    const asked = ++this.statusAsked;
     const began = performance.now();
     try {
-      this.state.status = await api.get("/status");
+      const status = await api.get("/status", this.view ? this.view.statusQuery() : { limit: 0 });
+      if (asked !== this.statusAsked) return; // a newer request is on its way
+      this.state.status = status;
       this.state.error = null;
       if (this.view instanceof KeyView) await this.refreshTimeline(false);
     } catch (error) {
+      if (asked !== this.statusAsked) return;
       if (error instanceof api.Unauthorized) return this.signIn("The token was refused.");
       this.state.error = "Cannot read the status: " + error.message + " (retrying)";
     }
     this.render();
-    // A big pool makes a big document: poll less often rather than keep the API busy.
+    // A slow answer (a loaded controller): poll less often rather than keep the API busy.
     const took = performance.now() - began;
     this.schedule("status", () => this.pollStatus(), Math.max(STATUS_EVERY, 5 * took));
   }

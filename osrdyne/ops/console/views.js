@@ -160,6 +160,8 @@ const KNOWN_STATUS = new Set([
   "broker_nodes",
   "group_counts",
   "groups_matching",
+  "groups_stalled",
+  "page",
   "queues_read_at",
 ]);
 
@@ -185,26 +187,39 @@ function ofTotal(used, total) {
   return `${used} / ${total} (${Math.round((100 * used) / total)}%)`;
 }
 
+// Each column sorts on the controller (`sort` of /status), in its natural direction first:
+// names and states A to Z, times most recent first, counts largest first, errors first.
 const COLUMNS = [
-  { id: "key", label: "Key", value: (k) => k },
-  { id: "state", label: "State", value: (k, g) => g.state },
-  { id: "since", label: "Since", value: (k, g) => g.since, desc: true },
-  { id: "workers", label: "Workers", value: (k, g) => (g.workers ? g.workers.length : null) },
-  { id: "restarts", label: "Restarts", value: (k, g) => g.restarts },
-  { id: "ready", label: "Ready", value: (k, g) => g.messages_ready },
-  { id: "unacked", label: "Unacked", value: (k, g) => g.messages_unacknowledged },
-  { id: "consumers", label: "Consumers", value: (k, g) => g.consumers },
-  { id: "activity", label: "Last activity", value: (k, g) => g.last_activity, desc: true },
-  { id: "cold", label: "Cold start", value: (k, g) => g.cold_start },
-  { id: "error", label: "Error", value: (k, g) => g.error },
+  { id: "key", label: "Key" },
+  { id: "state", label: "State" },
+  { id: "since", label: "Since" },
+  { id: "workers", label: "Workers" },
+  { id: "restarts", label: "Restarts" },
+  { id: "ready", label: "Ready" },
+  { id: "unacked", label: "Unacked" },
+  { id: "consumers", label: "Consumers" },
+  { id: "activity", label: "Last activity" },
+  { id: "cold_start", label: "Cold start" },
+  { id: "error", label: "Error" },
 ];
 
+// The order /status gives a page in. `groups` is a JSON object, and a browser lists an
+// object's integer-like names ("42") first whatever their order in the text: the page's
+// keys come in `page` as well.
+function pageOf(status) {
+  const groups = status.groups || {};
+  const keys = status.page || Object.keys(groups);
+  return keys.filter((key) => key in groups).map((key) => [key, groups[key]]);
+}
+
 const PAGE = 100;
+// Milliseconds of no typing before the key filter is asked of the controller.
+const FILTER_PAUSE = 250;
 
 export class PoolView {
   constructor(app) {
     this.app = app;
-    this.sort = { id: "key", dir: 1 };
+    this.sort = { id: "key", descending: false };
     this.page = 0;
     this.showPoison = false;
     this.filter = h("input", {
@@ -213,13 +228,14 @@ export class PoolView {
       placeholder: "Filter by key",
       "aria-label": "filter groups by key",
       oninput: () => {
-        this.page = 0;
-        this.renderGroups();
+        // Asked of the controller once typing pauses, not on every keystroke.
+        clearTimeout(this.typing);
+        this.typing = setTimeout(() => this.ask(), FILTER_PAUSE);
       },
     });
     this.stateFilter = h(
       "select",
-      { id: "state-filter", "aria-label": "filter groups by state", onchange: () => this.renderGroups() },
+      { id: "state-filter", "aria-label": "filter groups by state", onchange: () => this.ask() },
       ["all", "active", "unbound", "stopping", "unknown", "stalled"].map((v) => h("option", { value: v }, v)),
     );
     this.warmKey = h("input", { type: "text", id: "warm-key", placeholder: "key to warm", "aria-label": "key to warm" });
@@ -291,15 +307,30 @@ export class PoolView {
     this.renderGroups();
   }
 
+  // What /status is asked for: the page shown, filtered and sorted by the controller.
+  statusQuery() {
+    const query = { limit: PAGE, offset: this.page * PAGE, sort: this.sort.id };
+    if (this.sort.descending) query.descending = "true";
+    if (this.filter.value) query.key = this.filter.value;
+    const state = this.stateFilter.value;
+    if (state === "stalled") query.health = "stalled";
+    else if (state !== "all") query.state = state;
+    return query;
+  }
+
+  // The filter, the order or the page changed: from the first page (unless paging), now.
+  ask(page = 0) {
+    this.page = page;
+    this.app.pollStatus();
+  }
+
   renderCards() {
     const { status, overview } = this.app.state;
     if (!status) return;
     const counters = (overview && overview.counters) || {};
     const gens = status.generations;
-    const groups = Object.values(status.groups || {});
-    const byState = {};
-    for (const g of groups) byState[g.state] = (byState[g.state] || 0) + 1;
-    const stalled = groups.filter((g) => g.health === "stalled").length;
+    const byState = status.group_counts || {};
+    const stalled = status.groups_stalled || 0;
     const routed = counters.requests_routed || {};
     const fast = routed.fast || 0;
     const orphan = routed.orphan || 0;
@@ -396,28 +427,6 @@ export class PoolView {
     }
   }
 
-  visibleGroups() {
-    const { status } = this.app.state;
-    const needle = this.filter.value.toLowerCase();
-    const state = this.stateFilter.value;
-    const entries = Object.entries((status && status.groups) || {}).filter(([key, g]) => {
-      if (needle && !key.toLowerCase().includes(needle)) return false;
-      if (state === "stalled") return g.health === "stalled";
-      return state === "all" || g.state === state;
-    });
-    const column = COLUMNS.find((c) => c.id === this.sort.id) || COLUMNS[0];
-    const dir = this.sort.dir;
-    entries.sort(([ka, ga], [kb, gb]) => {
-      const a = column.value(ka, ga);
-      const b = column.value(kb, gb);
-      if (a === b) return ka < kb ? -1 : ka > kb ? 1 : 0;
-      if (a === null || a === undefined) return 1;
-      if (b === null || b === undefined) return -1;
-      return (a < b ? -1 : 1) * dir;
-    });
-    return entries;
-  }
-
   renderGroups() {
     const { status } = this.app.state;
     if (!status) return;
@@ -430,11 +439,11 @@ export class PoolView {
           h(
             "th",
             {
-              class: "sortable" + (this.sort.id === c.id ? (this.sort.dir > 0 ? " asc" : " desc") : ""),
+              class: "sortable" + (this.sort.id === c.id ? (this.sort.descending ? " desc" : " asc") : ""),
               dataset: { column: c.id },
               onclick: () => {
-                this.sort = this.sort.id === c.id ? { id: c.id, dir: -this.sort.dir } : { id: c.id, dir: c.desc ? -1 : 1 };
-                this.renderGroups();
+                this.sort = { id: c.id, descending: this.sort.id === c.id && !this.sort.descending };
+                this.ask();
               },
             },
             c.label,
@@ -443,27 +452,28 @@ export class PoolView {
         h("th", {}, ""),
       ),
     );
-    const all = this.visibleGroups();
-    const total = Object.keys(status.groups || {}).length;
-    const pages = Math.max(1, Math.ceil(all.length / PAGE));
-    this.page = Math.min(this.page, pages - 1);
-    const slice = all.slice(this.page * PAGE, (this.page + 1) * PAGE);
+    const shown = pageOf(status);
+    const matching = status.groups_matching || 0;
+    const total = Object.values(status.group_counts || {}).reduce((a, b) => a + b, 0);
+    const pages = Math.max(1, Math.ceil(matching / PAGE));
+    if (!shown.length && this.page > pages - 1) return this.ask(pages - 1); // the pool shrank
     this.count.textContent =
-      all.length === total ? `${number(total)} group(s)` : `${number(all.length)} of ${number(total)} group(s)`;
+      matching === total ? `${number(total)} group(s)` : `${number(matching)} of ${number(total)} group(s)`;
     const now = status.time;
     replace(
       this.tbody,
-      slice.length
-        ? slice.map(([key, g]) => this.row(key, g, now))
+      shown.length
+        ? shown.map(([key, g]) => this.row(key, g, now))
         : h("tr", {}, h("td", { colspan: COLUMNS.length + 1, class: "empty" }, total ? "No group matches." : "No worker group yet: groups start with the first request for their key, or a warm.")),
     );
+    const first = this.page * PAGE;
     replace(
       this.pager,
       pages > 1
         ? [
-            h("button", { type: "button", class: "subtle", disabled: this.page === 0, onclick: () => { this.page--; this.renderGroups(); } }, "‹ previous"),
-            h("span", { class: "muted" }, ` ${number(this.page * PAGE + 1)}–${number(Math.min(all.length, (this.page + 1) * PAGE))} of ${number(all.length)} `),
-            h("button", { type: "button", class: "subtle", disabled: this.page >= pages - 1, onclick: () => { this.page++; this.renderGroups(); } }, "next ›"),
+            h("button", { type: "button", class: "subtle", disabled: this.page === 0, onclick: () => this.ask(this.page - 1) }, "‹ previous"),
+            h("span", { class: "muted" }, ` ${number(Math.min(matching, first + 1))}–${number(Math.min(matching, first + shown.length))} of ${number(matching)} `),
+            h("button", { type: "button", class: "subtle", disabled: this.page >= pages - 1, onclick: () => this.ask(this.page + 1) }, "next ›"),
           ]
         : [],
     );
@@ -605,6 +615,11 @@ export class KeyView {
       h("section", { class: "panel" }, h("h2", {}, "Recent dead letters"), this.deadLetters),
       h("section", { class: "panel" }, h("h2", {}, "Poison entries"), this.poison),
     );
+  }
+
+  // What /status is asked for: this key's group alone.
+  statusQuery() {
+    return { key: this.key, exact: "true", limit: 1 };
   }
 
   update() {
