@@ -116,6 +116,8 @@ class RequestQueueLoop:
         #: Keys whose queue a broker event says was deleted (True) or unbound (False) by
         #: someone else: repaired on the next pass without listing every queue.
         self._repairs: dict[str, bool] = {}
+        #: Keys whose queue's deletion was heard and waits out the grace (how many times).
+        self._deletions: collections.Counter[str] = collections.Counter()
         #: Broker events that needed a full listing (a name this loop could not place).
         self.repairs = 0
         #: Queue names this loop deleted or unbound lately (their events are its own).
@@ -202,9 +204,20 @@ class RequestQueueLoop:
             # by the worker (its consumer is restored only after the cancel). A binding's
             # removal waits as long: a deleted queue's bindings are removed (and heard)
             # before the queue itself, and binding a queue that is gone fails.
+            if deleted:
+                self._deletions[key] += 1
             asyncio.get_running_loop().call_later(_DELETED_GRACE, self._repair_later, key, deleted)
 
     def _repair_later(self, key: str, deleted: bool) -> None:
+        if deleted:
+            self._deletions[key] -= 1
+            if self._deletions[key] <= 0:
+                del self._deletions[key]
+        elif key in self._deletions:
+            # Its binding went with its queue, whose own repair (a moment later: its event
+            # came second) makes it and binds it. Binding it now would fail on the missing
+            # queue, and a failed pass lists every queue.
+            return
         self._repairs[key] = self._repairs.get(key, False) or deleted
         self._poked.set()
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import urllib.parse
 from collections.abc import Awaitable, Callable
 
+import pytest
+
 from osrdyne import Client, wire
 from tests import broker
 from tests.conftest import Running
@@ -23,7 +25,10 @@ async def queue_exists(name: str) -> bool:
 
 
 async def test_a_queue_deleted_by_hand_is_made_again_from_the_event(
-    make_controller: Callable[..., Awaitable[Running]], pool: str, client: Client
+    make_controller: Callable[..., Awaitable[Running]],
+    pool: str,
+    client: Client,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     running = await make_controller(pool, groups={"loop_interval": 3600, "listing_interval": 3600})
     session = running.controller.session
@@ -58,6 +63,10 @@ async def test_a_queue_deleted_by_hand_is_made_again_from_the_event(
     # ...without listing every queue of the pool: only the named queue was repaired.
     assert session.queue_loop.listings == listings
     assert session.queue_loop.repairs == 0
+    # The bindings' events came first, and their repair waited for the queues' own: no
+    # pass tried to bind a queue that was gone (a failed pass lists every queue).
+    failed = [r.getMessage() for r in caplog.records if "failed" in r.getMessage()]
+    assert failed == []
 
 
 async def test_a_binding_removed_by_hand_is_bound_again_from_the_event(
