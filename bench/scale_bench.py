@@ -49,6 +49,7 @@ import gc
 import json
 import logging
 import math
+import os
 import resource
 import statistics
 import sys
@@ -102,6 +103,13 @@ class Node:
         self.http = httpx.AsyncClient(
             base_url=node.management_url + "/api", auth=("guest", "guest"), timeout=120
         )
+
+    def cpu_seconds(self) -> float:
+        """CPU time the node's Erlang VM has used (user and system): what the broker spends,
+        whatever else the machine runs."""
+        pid = int((self.node.base / "node.pid").read_text().strip())
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     async def figures(self) -> dict[str, int]:
         """The node's figures (a node that just booted answers `[[]]` for a while)."""
@@ -220,10 +228,12 @@ def quantile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def broker_pace(node: Node, queue_type: str, n: int, channels: int = 8) -> float:
+async def broker_pace(
+    node: Node, queue_type: str, n: int, channels: int = 8
+) -> tuple[float, float]:
     """The floor: keys/s at which plain aio-pika declares and binds `n` queues of the type on
     `channels` channels at once, in a vhost of its own (what a hand-written dispatcher pays
-    per new key, with nothing else to do)."""
+    per new key, with nothing else to do); and the broker's CPU ms per key meanwhile."""
     vhost = f"bench-floor-{queue_type}-{n}"
     await node.make_vhost(vhost)
     amqp, _ = node.urls(vhost)
@@ -244,15 +254,100 @@ async def broker_pace(node: Node, queue_type: str, n: int, channels: int = 8) ->
                     )
                     await queue.bind(exchange, routing_key=name)
 
-            began = time.perf_counter()
+            began, cpu = time.perf_counter(), node.cpu_seconds()
             await asyncio.gather(*(declare_and_bind(c) for c in opened))
-            return n / (time.perf_counter() - began)
+            took, cpu = time.perf_counter() - began, node.cpu_seconds() - cpu
+            return n / took, 1000 * cpu / n
+    finally:
+        await node.drop_vhost(vhost)
+
+
+async def dispatcher_pace(
+    node: Node, queue_type: str, n: int, channels: int = 8, at_once: int = 32
+) -> tuple[float, float]:
+    """A second floor: a hand-written dispatcher that carries each new key's request as
+    osrdyne's protocol does, in a vhost of its own. The `n` requests are published (as this
+    bench publishes them) to a direct exchange whose alternate exchange leads to a holding
+    queue; the dispatcher consumes them and, `at_once` keys at a time on `channels` channels,
+    declares and binds the key's queue, republishes the request into it with a confirm and
+    acks it. Keys/s from the first publish to the last ack (as the burst is timed), and the
+    broker's CPU ms per key. Where the broker is what limits, the burst / this floor is
+    osrdyne's own cost; the burst / `broker_pace` adds the request's trip."""
+    vhost = f"bench-dispatcher-{queue_type}-{n}"
+    await node.make_vhost(vhost)
+    amqp, _ = node.urls(vhost)
+    try:
+        connection = await aio_pika.connect(amqp)
+        async with connection:
+            setup = await connection.channel()
+            holding_x = await setup.declare_exchange("holding", aio_pika.ExchangeType.FANOUT)
+            await setup.declare_exchange(
+                "requests",
+                aio_pika.ExchangeType.DIRECT,
+                arguments={"alternate-exchange": "holding"},
+            )
+            holding = await setup.declare_queue("holding", durable=True)
+            await holding.bind(holding_x)
+            pool: asyncio.Queue[aio_pika.abc.AbstractChannel] = asyncio.Queue()
+            for _ in range(channels):
+                pool.put_nowait(await connection.channel(publisher_confirms=True))
+            slots = asyncio.Semaphore(at_once)
+            done = asyncio.Event()
+            acked = 0
+            tasks: set[asyncio.Task[None]] = set()
+
+            async def forward(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+                nonlocal acked
+                key = message.routing_key or ""
+                async with slots:
+                    channel = await pool.get()
+                    try:
+                        queue = await channel.declare_queue(
+                            key, durable=True, arguments={"x-queue-type": queue_type}
+                        )
+                        await queue.bind("requests", routing_key=key)
+                        exchange = await channel.get_exchange("requests", ensure=False)
+                        await exchange.publish(
+                            aio_pika.Message(message.body), routing_key=key, mandatory=True
+                        )
+                    finally:
+                        pool.put_nowait(channel)
+                    await message.ack()
+                acked += 1
+                if acked == n:
+                    done.set()
+
+            async def on_message(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+                task = asyncio.create_task(forward(message))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+
+            consuming = await connection.channel()
+            await consuming.set_qos(prefetch_count=256)
+            consumed = await consuming.get_queue("holding")
+            began, cpu = time.perf_counter(), node.cpu_seconds()
+            await consumed.consume(on_message)
+            publisher = await connection.channel(publisher_confirms=True)
+            exchange = await publisher.get_exchange("requests", ensure=False)
+            keys = [f"dispatcher-k{i:05d}" for i in range(n)]
+            for start in range(0, n, 500):
+                await asyncio.gather(
+                    *(
+                        exchange.publish(aio_pika.Message(b"x"), routing_key=k, mandatory=True)
+                        for k in keys[start : start + 500]
+                    )
+                )
+            await asyncio.wait_for(done.wait(), 900)
+            took, cpu = time.perf_counter() - began, node.cpu_seconds() - cpu
+            await asyncio.gather(*tasks)
+            return n / took, 1000 * cpu / n
     finally:
         await node.drop_vhost(vhost)
 
 
 async def one_size(node: Node, queue_type: str, n: int) -> dict[str, Any]:
-    floor = await broker_pace(node, queue_type, n)
+    floor, floor_broker_cpu = await broker_pace(node, queue_type, n)
+    dispatcher, dispatcher_broker_cpu = await dispatcher_pace(node, queue_type, n)
     vhost = "/"  # the vhost of the broker's events
     amqp, management = node.urls(vhost)
     pool = f"scale-{queue_type}-{n}"
@@ -273,6 +368,7 @@ async def one_size(node: Node, queue_type: str, n: int) -> dict[str, Any]:
         keys = [f"k{i:05d}" for i in range(n)]
         forwarded = controller.metrics.orphans.labels("forwarded")
         began, burst_cpu0 = time.perf_counter(), time.process_time()
+        broker_cpu0 = node.cpu_seconds()
         await publish(amqp, pool, keys)
         overloaded = controller.metrics.orphans.labels("overloaded")
         while forwarded._value.get() + overloaded._value.get() < n:
@@ -286,6 +382,7 @@ async def one_size(node: Node, queue_type: str, n: int) -> dict[str, Any]:
             )
         burst = time.perf_counter() - began
         burst_cpu = time.process_time() - burst_cpu0
+        broker_cpu = node.cpu_seconds() - broker_cpu0
         refused = controller.metrics.orphans.labels("overloaded")._value.get()
         # Idle: passes and anti-entropy listings only, at the default `loop_interval` and
         # `listing_interval` (what an operator gets), over one listing interval: its passes
@@ -320,9 +417,16 @@ async def one_size(node: Node, queue_type: str, n: int) -> dict[str, Any]:
         "keys_per_s": n / burst,
         "floor_keys_per_s": floor,
         "burst_vs_floor": n / burst / floor,
+        "dispatcher_keys_per_s": dispatcher,
+        "burst_vs_dispatcher": n / burst / dispatcher,
         # CPU of this process (controller and the bench's publisher) per key of the burst:
         # what the burst costs whatever else the machine runs (keys/s falls with its share).
         "burst_cpu_ms_per_key": 1000 * burst_cpu / n,
+        # The broker's CPU per key, in the burst and in the floor: what each key costs it
+        # (the burst carries every key's request too: published, delivered, republished).
+        "broker_cpu_ms_per_key": 1000 * broker_cpu / n,
+        "floor_broker_cpu_ms_per_key": floor_broker_cpu,
+        "dispatcher_broker_cpu_ms_per_key": dispatcher_broker_cpu,
         "refused": refused,
         "orphan_p50_ms": 1000 * statistics.median(samples),
         "orphan_p99_ms": 1000 * quantile(samples, 0.99),
@@ -617,7 +721,9 @@ async def sizes(args: argparse.Namespace, results: dict[str, Any]) -> None:
                 print(json.dumps({k: round(v, 3) if isinstance(v, float) else v
                                   for k, v in row.items()}), flush=True)  # fmt: skip
             results["sizes"].extend(rows)
-            for field in ("burst_s", "keys_per_s", "burst_vs_floor", "burst_cpu_ms_per_key",
+            for field in ("burst_s", "keys_per_s", "burst_vs_floor", "burst_vs_dispatcher",
+                          "burst_cpu_ms_per_key",
+                          "broker_cpu_ms_per_key",
                           "orphan_p99_ms",
                           "cpu_per_pass_ms", "list_wall_ms", "rss_mb",
                           "broker_kb_per_queue", "fd_per_queue", "status_page_ms",
