@@ -10,7 +10,10 @@ published as fast as the broker confirms. Measured:
 
 - burst: seconds from the first publish until every orphan is forwarded, and keys/s, beside
   the floor measured just before on the same node: plain aio-pika declaring and binding N
-  queues of the type on 8 channels (`burst_vs_floor`, 1.0 = the broker's own pace);
+  queues of the type on 8 channels (`burst_vs_floor`, 1.0 = the broker's own pace), and a
+  second floor, a hand-written dispatcher that carries each key's request as the protocol
+  does (`dispatcher_pace`, `burst_vs_dispatcher`); the broker's CPU per key in all three
+  (the node's Erlang VM, from /proc);
 - orphan handling p50/p99 (arrival -> confirmed republish into the new queue: every sample,
   taken by wrapping the controller's own histogram's `observe`);
 - idle controller CPU (a pool of N groups at the default intervals, over one
@@ -19,7 +22,8 @@ published as fast as the broker confirms. Measured:
   full listing (management API) and of a pass's convergence;
 - `/status`: a page of 100 groups and the whole document;
 - event lag: a request queue deleted by hand (management API) until the broker shows it made
-  again and bound with its key;
+  again and bound with its key (5 queues, one after the other: median and longest; and the
+  parts: the DELETE, then until the controller heard the event);
 - controller RSS (this process: the controller plus one publisher connection);
 - broker memory, file descriptors and Erlang processes per queue (node figures before and
   after, divided by N).
