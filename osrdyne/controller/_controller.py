@@ -55,6 +55,8 @@ from osrdyne.ops.metrics import ControllerMetrics, FastPathEstimate
 from osrdyne.wire import PoolNames
 
 logger = logging.getLogger(__name__)
+#: The state `/status` shows for each expected status (a lookup: it runs for every group).
+_STATE_OF = {status: GroupState(status.value) for status in GroupStatus}
 
 
 class NotLeader(RuntimeError):
@@ -543,7 +545,7 @@ class Controller:
         actual = session.queue_loop.reached.value.actual
         keys = set(expected) | set(actual) | session.group_loop.running
         return {
-            key: GroupState(expected[key].value) if key in expected else GroupState.STOPPING
+            key: _STATE_OF[expected[key]] if key in expected else GroupState.STOPPING
             for key in sorted(keys)
         }
 

@@ -8,6 +8,7 @@ cannot disagree on a field. docs/observability.md describes every field.
 from __future__ import annotations
 
 import enum
+import operator
 from collections.abc import Callable, Mapping
 
 import pydantic
@@ -210,7 +211,7 @@ class StatusDocument(_Model):
 
 class GroupSort(enum.StrEnum):
     """Orders of the group list, each in its natural direction (`descending` reverses it);
-    groups without the value come last either way, ties go by key."""
+    groups without the value come last either way, ties go by key (A to Z either way)."""
 
     KEY = "key"
     STATE = "state"
@@ -241,6 +242,8 @@ _LARGEST_FIRST = frozenset(GroupSort) - {GroupSort.KEY, GroupSort.STATE, GroupSo
 
 #: A group's value for a sort, None when it has none (it then comes last).
 SortValue = float | str | None
+
+_first = operator.itemgetter(0)
 
 
 class GroupQuery(_Model):
@@ -278,19 +281,13 @@ class GroupQuery(_Model):
             and (self.state is None or state is self.state)
             and (self.health is None or health(key) is self.health)
         ]
-        if self.sort is GroupSort.KEY:
-            matching.sort(reverse=self.descending)
-        else:
+        matching.sort(reverse=self.descending and self.sort is GroupSort.KEY)
+        if self.sort is not GroupSort.KEY:
+            # In key order now; a stable sort on the value alone keeps ties in key order,
+            # whichever way the values go.
             pairs = [(value(self.sort, key), key) for key in matching]
             valued = [(v, key) for v, key in pairs if v is not None]
-            unvalued = sorted(key for v, key in pairs if v is None)
-            if self.sort in _LARGEST_FIRST:
-                # Largest first, and still by key on ties: negate numbers rather than reverse.
-                valued.sort(key=lambda pair: (-pair[0], pair[1]))  # type: ignore[operator]
-            else:
-                valued.sort()
-            if self.descending:
-                valued.reverse()
-            matching = [key for _, key in valued] + unvalued
+            valued.sort(key=_first, reverse=(self.sort in _LARGEST_FIRST) != self.descending)
+            matching = [key for _, key in valued] + [key for v, key in pairs if v is None]
         end = None if self.limit is None else self.offset + self.limit
         return matching[self.offset : end], len(matching)
