@@ -7,6 +7,7 @@ queue coming back, bound with its key.
 
 from __future__ import annotations
 
+import asyncio
 import urllib.parse
 from collections.abc import Awaitable, Callable
 
@@ -68,6 +69,35 @@ async def test_a_queue_deleted_by_hand_is_made_again_from_the_event(
     loop = "osrdyne.controller._queue_loop"
     failed = [r.getMessage() for r in caplog.records if r.name == loop and r.levelname != "INFO"]
     assert failed == []
+
+
+async def test_a_binding_repair_waits_for_its_queue_s_deletion_heard_after_it(
+    make_controller: Callable[..., Awaitable[Running]],
+    pool: str,
+    client: Client,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The order RabbitMQ reports a queue deleted by hand in, made wide: the binding's removal
+    is handed to the loop (as its event would) 0.3 s before the queue is deleted for real.
+    Its repair comes due first, while the queue is gone: it must leave the queue to the
+    deletion's own repair, not bind a queue that is gone (a failed pass lists every queue)."""
+    running = await make_controller(pool, groups={"loop_interval": 3600, "listing_interval": 3600})
+    session = running.controller.session
+    assert session is not None and session.events.available
+    assert (await client.call(pool, "k", b"before", timeout=60)).ok
+    name = wire.PoolNames(pool).request_queue("k")
+    listings = session.queue_loop.listings
+    session.queue_loop.queue_changed(name, deleted=False)
+    await asyncio.sleep(0.3)
+    async with broker.management() as http:
+        deleted = await http.delete(f"/queues/%2F/{urllib.parse.quote(name, safe='')}")
+        assert deleted.status_code in (200, 204)
+    await eventually(lambda: bound(name, pool, "k"), what="the queue made again", timeout=30)
+    assert (await client.call(pool, "k", b"after", timeout=60)).ok
+    loop = "osrdyne.controller._queue_loop"
+    failed = [r.getMessage() for r in caplog.records if r.name == loop and r.levelname != "INFO"]
+    assert failed == []
+    assert session.queue_loop.listings == listings
 
 
 async def test_a_binding_removed_by_hand_is_bound_again_from_the_event(
