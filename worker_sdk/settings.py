@@ -141,11 +141,11 @@ class WorkerSettings:
                 "WORKER_KEY and WORKER_REQUESTS_QUEUE are required (or WORKER_STANDBY_QUEUE "
                 "for a standby worker)"
             )
-        if not problems:
+        if isinstance(self.amqp_uri, str):
             try:  # checked here, at start, not at the first connection
                 self.amqp_uri = wire.join_urls(self.amqp_uri)
             except ValueError as exc:
-                problems.append(f"amqp_uri: {exc}")
+                problems.append(f"amqp_uri ({ENV_PREFIX}AMQP_URI): {exc}")
         if problems:
             raise SettingsError(problems)
         # An int is a float: stored as one, so that the settings read alike however given.

@@ -84,6 +84,14 @@ def test_every_problem_is_named_at_once() -> None:
         "WORKER_DRAIN_TIMEOUT='1e400x': not a number",
         "WORKER_LOG_JSON='perhaps': not a boolean (true/false, yes/no, on/off, 1/0)",
     ]
+    # Values that read but are out of bounds, all named too.
+    bad = {"WORKER_AMQP_URI": "amqp://a:5681/%2F,a:5682", "WORKER_CONCURRENCY": "0"}
+    with pytest.raises(SettingsError) as caught:
+        WorkerSettings.from_environment({**KEYED, **bad})
+    assert [p.split(":")[0] for p in caught.value.problems] == [
+        "concurrency (WORKER_CONCURRENCY)",
+        "amqp_uri (WORKER_AMQP_URI)",
+    ]
 
 
 @pytest.mark.parametrize(
