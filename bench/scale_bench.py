@@ -60,6 +60,7 @@ import sys
 import time
 import tracemalloc
 import urllib.parse
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -145,6 +146,18 @@ class Node:
     async def drop_vhost(self, vhost: str) -> None:
         await self.http.delete(f"/vhosts/{urllib.parse.quote(vhost, safe='')}")
 
+    @contextlib.asynccontextmanager
+    async def connected(self, vhost: str) -> AsyncIterator[aio_pika.abc.AbstractConnection]:
+        """A connection to a vhost of its own, made for it and dropped after (what the floors
+        create goes with it)."""
+        await self.make_vhost(vhost)
+        try:
+            connection = await aio_pika.connect(self.urls(vhost)[0])
+            async with connection:
+                yield connection
+        finally:
+            await self.drop_vhost(vhost)
+
     async def empty_root(self) -> None:
         """Delete every queue and exchange of the `/` vhost but the broker's own (what the
         controller made there), as dropping a vhost would: the controller runs in `/`, the one
@@ -214,15 +227,22 @@ def controller_for(
 async def publish(amqp: str, pool: str, keys: list[str]) -> None:
     connection = await aio_pika.connect(amqp)
     async with connection:
-        channel = await connection.channel(publisher_confirms=True)
-        exchange = await channel.get_exchange(PoolNames(pool).request_exchange, ensure=False)
-        for start in range(0, len(keys), 500):
-            await asyncio.gather(
-                *(
-                    exchange.publish(aio_pika.Message(b"x"), routing_key=k, mandatory=True)
-                    for k in keys[start : start + 500]
-                )
+        await publish_to(connection, PoolNames(pool).request_exchange, keys)
+
+
+async def publish_to(
+    connection: aio_pika.abc.AbstractConnection, exchange_name: str, keys: list[str]
+) -> None:
+    """One request per key to the exchange, as fast as the broker confirms."""
+    channel = await connection.channel(publisher_confirms=True)
+    exchange = await channel.get_exchange(exchange_name, ensure=False)
+    for start in range(0, len(keys), 500):
+        await asyncio.gather(
+            *(
+                exchange.publish(aio_pika.Message(b"x"), routing_key=k, mandatory=True)
+                for k in keys[start : start + 500]
             )
+        )
 
 
 def quantile(samples: list[float], q: float) -> float:
@@ -238,32 +258,25 @@ async def broker_pace(
     """The floor: keys/s at which plain aio-pika declares and binds `n` queues of the type on
     `channels` channels at once, in a vhost of its own (what a hand-written dispatcher pays
     per new key, with nothing else to do); and the broker's CPU ms per key meanwhile."""
-    vhost = f"bench-floor-{queue_type}-{n}"
-    await node.make_vhost(vhost)
-    amqp, _ = node.urls(vhost)
-    try:
-        connection = await aio_pika.connect(amqp)
-        async with connection:
-            opened = [await connection.channel() for _ in range(channels)]
-            exchange = await opened[0].declare_exchange("floor", aio_pika.ExchangeType.DIRECT)
-            pending: asyncio.Queue[str] = asyncio.Queue()
-            for i in range(n):
-                pending.put_nowait(f"floor-k{i:05d}")
+    async with node.connected(f"bench-floor-{queue_type}-{n}") as connection:
+        opened = [await connection.channel() for _ in range(channels)]
+        exchange = await opened[0].declare_exchange("floor", aio_pika.ExchangeType.DIRECT)
+        pending: asyncio.Queue[str] = asyncio.Queue()
+        for i in range(n):
+            pending.put_nowait(f"floor-k{i:05d}")
 
-            async def declare_and_bind(channel: aio_pika.abc.AbstractChannel) -> None:
-                while not pending.empty():
-                    name = pending.get_nowait()
-                    queue = await channel.declare_queue(
-                        name, durable=True, arguments={"x-queue-type": queue_type}
-                    )
-                    await queue.bind(exchange, routing_key=name)
+        async def declare_and_bind(channel: aio_pika.abc.AbstractChannel) -> None:
+            while not pending.empty():
+                name = pending.get_nowait()
+                queue = await channel.declare_queue(
+                    name, durable=True, arguments={"x-queue-type": queue_type}
+                )
+                await queue.bind(exchange, routing_key=name)
 
-            began, cpu = time.perf_counter(), node.cpu_seconds()
-            await asyncio.gather(*(declare_and_bind(c) for c in opened))
-            took, cpu = time.perf_counter() - began, node.cpu_seconds() - cpu
-            return n / took, 1000 * cpu / n
-    finally:
-        await node.drop_vhost(vhost)
+        began, cpu = time.perf_counter(), node.cpu_seconds()
+        await asyncio.gather(*(declare_and_bind(c) for c in opened))
+        took, cpu = time.perf_counter() - began, node.cpu_seconds() - cpu
+        return n / took, 1000 * cpu / n
 
 
 async def dispatcher_pace(
@@ -277,76 +290,67 @@ async def dispatcher_pace(
     acks it. Keys/s from the first publish to the last ack (as the burst is timed), and the
     broker's CPU ms per key. Where the broker is what limits, the burst / this floor is
     osrdyne's own cost; the burst / `broker_pace` adds the request's trip."""
-    vhost = f"bench-dispatcher-{queue_type}-{n}"
-    await node.make_vhost(vhost)
-    amqp, _ = node.urls(vhost)
-    try:
-        connection = await aio_pika.connect(amqp)
-        async with connection:
-            setup = await connection.channel()
-            holding_x = await setup.declare_exchange("holding", aio_pika.ExchangeType.FANOUT)
-            await setup.declare_exchange(
-                "requests",
-                aio_pika.ExchangeType.DIRECT,
-                arguments={"alternate-exchange": "holding"},
-            )
-            holding = await setup.declare_queue("holding", durable=True)
-            await holding.bind(holding_x)
-            pool: asyncio.Queue[aio_pika.abc.AbstractChannel] = asyncio.Queue()
-            for _ in range(channels):
-                pool.put_nowait(await connection.channel(publisher_confirms=True))
-            slots = asyncio.Semaphore(at_once)
-            done = asyncio.Event()
-            acked = 0
-            tasks: set[asyncio.Task[None]] = set()
+    async with node.connected(f"bench-dispatcher-{queue_type}-{n}") as connection:
+        setup = await connection.channel()
+        holding_x = await setup.declare_exchange("holding", aio_pika.ExchangeType.FANOUT)
+        await setup.declare_exchange(
+            "requests",
+            aio_pika.ExchangeType.DIRECT,
+            arguments={"alternate-exchange": "holding"},
+        )
+        holding = await setup.declare_queue("holding", durable=True)
+        await holding.bind(holding_x)
+        pool: asyncio.Queue[aio_pika.abc.AbstractChannel] = asyncio.Queue()
+        for _ in range(channels):
+            pool.put_nowait(await connection.channel(publisher_confirms=True))
+        slots = asyncio.Semaphore(at_once)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        acked = 0
+        tasks: set[asyncio.Task[None]] = set()
 
-            async def forward(message: aio_pika.abc.AbstractIncomingMessage) -> None:
-                nonlocal acked
-                key = message.routing_key or ""
-                async with slots:
-                    channel = await pool.get()
-                    try:
-                        queue = await channel.declare_queue(
-                            key, durable=True, arguments={"x-queue-type": queue_type}
-                        )
-                        await queue.bind("requests", routing_key=key)
-                        exchange = await channel.get_exchange("requests", ensure=False)
-                        await exchange.publish(
-                            aio_pika.Message(message.body), routing_key=key, mandatory=True
-                        )
-                    finally:
-                        pool.put_nowait(channel)
-                    await message.ack()
-                acked += 1
-                if acked == n:
-                    done.set()
+        async def forward(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+            try:
+                await forward_one(message)
+            except Exception as exc:  # the floor is not measured: say why, at once
+                if not done.done():
+                    done.set_exception(exc)
 
-            async def on_message(message: aio_pika.abc.AbstractIncomingMessage) -> None:
-                task = asyncio.create_task(forward(message))
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
-
-            consuming = await connection.channel()
-            await consuming.set_qos(prefetch_count=256)
-            consumed = await consuming.get_queue("holding")
-            began, cpu = time.perf_counter(), node.cpu_seconds()
-            await consumed.consume(on_message)
-            publisher = await connection.channel(publisher_confirms=True)
-            exchange = await publisher.get_exchange("requests", ensure=False)
-            keys = [f"dispatcher-k{i:05d}" for i in range(n)]
-            for start in range(0, n, 500):
-                await asyncio.gather(
-                    *(
-                        exchange.publish(aio_pika.Message(b"x"), routing_key=k, mandatory=True)
-                        for k in keys[start : start + 500]
+        async def forward_one(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+            nonlocal acked
+            key = message.routing_key or ""
+            async with slots:
+                channel = await pool.get()
+                try:
+                    queue = await channel.declare_queue(
+                        key, durable=True, arguments={"x-queue-type": queue_type}
                     )
-                )
-            await asyncio.wait_for(done.wait(), 900)
-            took, cpu = time.perf_counter() - began, node.cpu_seconds() - cpu
-            await asyncio.gather(*tasks)
-            return n / took, 1000 * cpu / n
-    finally:
-        await node.drop_vhost(vhost)
+                    await queue.bind("requests", routing_key=key)
+                    exchange = await channel.get_exchange("requests", ensure=False)
+                    await exchange.publish(
+                        aio_pika.Message(message.body), routing_key=key, mandatory=True
+                    )
+                finally:
+                    pool.put_nowait(channel)
+                await message.ack()
+            acked += 1
+            if acked == n:
+                done.set_result(None)
+
+        async def on_message(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+            task = asyncio.create_task(forward(message))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+
+        consuming = await connection.channel()
+        await consuming.set_qos(prefetch_count=256)
+        consumed = await consuming.get_queue("holding")
+        began, cpu = time.perf_counter(), node.cpu_seconds()
+        await consumed.consume(on_message)
+        await publish_to(connection, "requests", [f"dispatcher-k{i:05d}" for i in range(n)])
+        await asyncio.wait_for(done, 900)
+        took, cpu = time.perf_counter() - began, node.cpu_seconds() - cpu
+        await asyncio.gather(*tasks)
+        return n / took, 1000 * cpu / n
 
 
 async def one_size(node: Node, queue_type: str, n: int) -> dict[str, Any]:
