@@ -12,8 +12,13 @@ published as fast as the broker confirms. Measured:
   the floor measured just before on the same node: plain aio-pika declaring and binding N
   queues of the type on 8 channels (`burst_vs_floor`, 1.0 = the broker's own pace), and a
   second floor, a hand-written dispatcher that carries each key's request as the protocol
-  does (`dispatcher_pace`, `burst_vs_dispatcher`); the broker's CPU per key in all three
-  (the node's Erlang VM, from /proc);
+  does (`dispatcher_pace`, `burst_vs_dispatcher`), and a third, declare and bind with one
+  message published into each new queue (`enqueue_vs_floor`: the most `burst_vs_floor`
+  any dispatcher can reach, whatever path the request takes to it); the broker's CPU per
+  key in each (the node's Erlang VM, from /proc). `--rounds` bursts (3), each with the
+  floors measured just before it: the median of the rounds' ratios is reported, and each
+  round's (a quorum queue's declare waits on the disk, whose pace on a shared machine moves
+  by a third within minutes);
 - orphan handling p50/p99 (arrival -> confirmed republish into the new queue: every sample,
   taken by wrapping the controller's own histogram's `observe`);
 - idle controller CPU (a pool of N groups at the default intervals, over one
@@ -137,6 +142,17 @@ class Node:
             await asyncio.sleep(1)
         return await self.figures()
 
+    async def quiet_figures(self) -> dict[str, int]:
+        """The node's figures once no queue is left (the last round's, and the floors', are
+        deleted in the background after their DELETE is answered) and its statistics say so."""
+        for _ in range(120):
+            response = await self.http.get("/overview", params={"columns": "object_totals"})
+            if response.json()["object_totals"]["queues"] == 0:
+                break
+            await asyncio.sleep(1)
+        await asyncio.sleep(6)  # one more statistics interval for the node's figures
+        return await self.figures()
+
     async def make_vhost(self, vhost: str) -> None:
         quoted = urllib.parse.quote(vhost, safe="")
         (await self.http.put(f"/vhosts/{quoted}")).raise_for_status()
@@ -253,25 +269,33 @@ def quantile(samples: list[float], q: float) -> float:
 
 
 async def broker_pace(
-    node: Node, queue_type: str, n: int, channels: int = 8
+    node: Node, queue_type: str, n: int, channels: int = 8, *, enqueue: bool = False
 ) -> tuple[float, float]:
     """The floor: keys/s at which plain aio-pika declares and binds `n` queues of the type on
     `channels` channels at once, in a vhost of its own (what a hand-written dispatcher pays
-    per new key, with nothing else to do); and the broker's CPU ms per key meanwhile."""
-    async with node.connected(f"bench-floor-{queue_type}-{n}") as connection:
-        opened = [await connection.channel() for _ in range(channels)]
+    per new key, with nothing else to do); and the broker's CPU ms per key meanwhile.
+
+    `enqueue`: each queue also gets one message published into it through its new binding,
+    with a confirm (the least that any dispatcher pays: a new key's first request must end in
+    its queue, however it got to the dispatcher)."""
+    kind = "enqueue" if enqueue else "floor"
+    async with node.connected(f"bench-{kind}-{queue_type}-{n}") as connection:
+        opened = [await connection.channel(publisher_confirms=enqueue) for _ in range(channels)]
         exchange = await opened[0].declare_exchange("floor", aio_pika.ExchangeType.DIRECT)
         pending: asyncio.Queue[str] = asyncio.Queue()
         for i in range(n):
             pending.put_nowait(f"floor-k{i:05d}")
 
         async def declare_and_bind(channel: aio_pika.abc.AbstractChannel) -> None:
+            own = await channel.get_exchange("floor", ensure=False)
             while not pending.empty():
                 name = pending.get_nowait()
                 queue = await channel.declare_queue(
                     name, durable=True, arguments={"x-queue-type": queue_type}
                 )
                 await queue.bind(exchange, routing_key=name)
+                if enqueue:
+                    await own.publish(aio_pika.Message(b"x"), routing_key=name, mandatory=True)
 
         began, cpu = time.perf_counter(), node.cpu_seconds()
         await asyncio.gather(*(declare_and_bind(c) for c in opened))
@@ -353,13 +377,15 @@ async def dispatcher_pace(
         return n / took, 1000 * cpu / n
 
 
-async def one_size(node: Node, queue_type: str, n: int) -> dict[str, Any]:
+async def burst_round(
+    node: Node, queue_type: str, n: int, pool: str
+) -> tuple[Controller, asyncio.Task[None], dict[str, Any]]:
+    """One round: both floors, then a controller (left running) takes a burst of `n` new
+    keys in the node's `/` vhost. The round's figures, the controller and its task."""
     floor, floor_broker_cpu = await broker_pace(node, queue_type, n)
+    enqueue, enqueue_broker_cpu = await broker_pace(node, queue_type, n, enqueue=True)
     dispatcher, dispatcher_broker_cpu = await dispatcher_pace(node, queue_type, n)
-    vhost = "/"  # the vhost of the broker's events
-    amqp, management = node.urls(vhost)
-    pool = f"scale-{queue_type}-{n}"
-    before = await node.figures()
+    amqp, management = node.urls("/")  # the vhost of the broker's events
     controller = controller_for(pool, amqp, management, n, queue_type)
     samples: list[float] = []
     histogram = controller.metrics.orphan_seconds
@@ -375,10 +401,10 @@ async def one_size(node: Node, queue_type: str, n: int) -> dict[str, Any]:
         await asyncio.wait_for(controller.wait_leader(), 120)
         keys = [f"k{i:05d}" for i in range(n)]
         forwarded = controller.metrics.orphans.labels("forwarded")
+        overloaded = controller.metrics.orphans.labels("overloaded")
         began, burst_cpu0 = time.perf_counter(), time.process_time()
         broker_cpu0 = node.cpu_seconds()
         await publish(amqp, pool, keys)
-        overloaded = controller.metrics.orphans.labels("overloaded")
         while forwarded._value.get() + overloaded._value.get() < n:
             if time.perf_counter() - began > 900:
                 raise TimeoutError(f"{forwarded._value.get()} of {n} forwarded after 900 s")
@@ -389,9 +415,79 @@ async def one_size(node: Node, queue_type: str, n: int) -> dict[str, Any]:
                 "(the broker's open-files guard): the burst is not measured in full"
             )
         burst = time.perf_counter() - began
-        burst_cpu = time.process_time() - burst_cpu0
-        broker_cpu = node.cpu_seconds() - broker_cpu0
-        refused = controller.metrics.orphans.labels("overloaded")._value.get()
+    except BaseException:
+        controller.stop()
+        await asyncio.wait_for(task, 120)
+        await node.empty_root()
+        raise
+    return (
+        controller,
+        task,
+        {
+            "burst_s": burst,
+            "keys_per_s": n / burst,
+            "floor_keys_per_s": floor,
+            "burst_vs_floor": n / burst / floor,
+            "dispatcher_keys_per_s": dispatcher,
+            "burst_vs_dispatcher": n / burst / dispatcher,
+            # Declare, bind and one message into the queue: the most `burst_vs_floor` any
+            # dispatcher can reach, since each new key's request ends in its queue.
+            "enqueue_keys_per_s": enqueue,
+            "enqueue_vs_floor": enqueue / floor,
+            "burst_vs_enqueue": n / burst / enqueue,
+            # CPU of this process (controller and the bench's publisher) per key of the
+            # burst: what the burst costs whatever else the machine runs.
+            "burst_cpu_ms_per_key": 1000 * (time.process_time() - burst_cpu0) / n,
+            # The broker's CPU per key, in the burst and in the floors: what each key costs
+            # it (the burst carries every key's request too: published, delivered,
+            # republished).
+            "broker_cpu_ms_per_key": 1000 * (node.cpu_seconds() - broker_cpu0) / n,
+            "floor_broker_cpu_ms_per_key": floor_broker_cpu,
+            "dispatcher_broker_cpu_ms_per_key": dispatcher_broker_cpu,
+            "enqueue_broker_cpu_ms_per_key": enqueue_broker_cpu,
+            "orphan_p50_ms": 1000 * statistics.median(samples),
+            "orphan_p99_ms": 1000 * quantile(samples, 0.99),
+        },
+    )
+
+
+#: Figures of a burst round, paired per round: their median across rounds is reported.
+ROUND_FIELDS = (
+    "burst_s",
+    "keys_per_s",
+    "floor_keys_per_s",
+    "burst_vs_floor",
+    "dispatcher_keys_per_s",
+    "burst_vs_dispatcher",
+    "burst_cpu_ms_per_key",
+    "broker_cpu_ms_per_key",
+    "floor_broker_cpu_ms_per_key",
+    "dispatcher_broker_cpu_ms_per_key",
+    "enqueue_keys_per_s",
+    "enqueue_vs_floor",
+    "burst_vs_enqueue",
+    "enqueue_broker_cpu_ms_per_key",
+    "orphan_p50_ms",
+    "orphan_p99_ms",
+)
+
+
+async def one_size(node: Node, queue_type: str, n: int, rounds: int = 3) -> dict[str, Any]:
+    """`rounds` bursts, each beside the floors measured just before it (this machine's pace
+    moves by a third within minutes: only ratios of the same round are compared, and their
+    median reported); then, on the last round's pool, what a pool of `n` groups costs."""
+    results: list[dict[str, Any]] = []
+    for round_ in range(rounds):
+        pool = f"scale-{queue_type}-{n}-r{round_}"
+        before = await node.quiet_figures() if round_ == rounds - 1 else {}
+        controller, task, figures = await burst_round(node, queue_type, n, pool)
+        results.append(figures)
+        if round_ < rounds - 1:
+            controller.stop()
+            await asyncio.wait_for(task, 120)
+            await node.empty_root()
+    vhost = "/"
+    try:
         # Idle: passes and anti-entropy listings only, at the default `loop_interval` and
         # `listing_interval` (what an operator gets), over one listing interval: its passes
         # and one full listing (broker events keep the controller current in between).
@@ -421,23 +517,12 @@ async def one_size(node: Node, queue_type: str, n: int) -> dict[str, Any]:
     return {
         "type": queue_type,
         "n": n,
-        "burst_s": burst,
-        "keys_per_s": n / burst,
-        "floor_keys_per_s": floor,
-        "burst_vs_floor": n / burst / floor,
-        "dispatcher_keys_per_s": dispatcher,
-        "burst_vs_dispatcher": n / burst / dispatcher,
-        # CPU of this process (controller and the bench's publisher) per key of the burst:
-        # what the burst costs whatever else the machine runs (keys/s falls with its share).
-        "burst_cpu_ms_per_key": 1000 * burst_cpu / n,
-        # The broker's CPU per key, in the burst and in the floor: what each key costs it
-        # (the burst carries every key's request too: published, delivered, republished).
-        "broker_cpu_ms_per_key": 1000 * broker_cpu / n,
-        "floor_broker_cpu_ms_per_key": floor_broker_cpu,
-        "dispatcher_broker_cpu_ms_per_key": dispatcher_broker_cpu,
-        "refused": refused,
-        "orphan_p50_ms": 1000 * statistics.median(samples),
-        "orphan_p99_ms": 1000 * quantile(samples, 0.99),
+        "rounds": rounds,
+        **{field: statistics.median(r[field] for r in results) for field in ROUND_FIELDS},
+        # Each round's ratios: how far the median is from the worst and the best round.
+        "burst_vs_floor_rounds": [round(r["burst_vs_floor"], 3) for r in results],
+        "burst_vs_dispatcher_rounds": [round(r["burst_vs_dispatcher"], 3) for r in results],
+        "enqueue_vs_floor_rounds": [round(r["enqueue_vs_floor"], 3) for r in results],
         "cpu_per_pass_ms": 1000 * cpu / done if done else float("nan"),
         "converge_wall_ms": 1000 * (sum1 - sum0) / done if done else float("nan"),
         "list_wall_ms": 1000 * statistics.median(listings),
@@ -686,6 +771,13 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", type=int, nargs="*", default=[100, 1000, 5000])
     parser.add_argument("--types", nargs="*", default=["quorum", "classic"])
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="bursts per N, each paired with both floors measured just before it (the "
+        "median of the rounds' ratios is reported)",
+    )
     parser.add_argument("--tracked", type=int, default=10_000, help="(0: skip)")
     parser.add_argument("--guard", type=int, default=600, help="guard burst (0: skip)")
     parser.add_argument("--json", type=Path)
@@ -721,7 +813,7 @@ async def sizes(args: argparse.Namespace, results: dict[str, Any]) -> None:
         for queue_type in args.types:
             rows = []
             for n in args.sizes:
-                row = await one_size(node, queue_type, n)
+                row = await one_size(node, queue_type, n, args.rounds)
                 unmeasured = [k for k, v in row.items() if isinstance(v, float) and math.isnan(v)]
                 if unmeasured:
                     raise SystemExit(f"{queue_type} N={n}: not measured: {unmeasured}")
@@ -730,6 +822,7 @@ async def sizes(args: argparse.Namespace, results: dict[str, Any]) -> None:
                                   for k, v in row.items()}), flush=True)  # fmt: skip
             results["sizes"].extend(rows)
             for field in ("burst_s", "keys_per_s", "burst_vs_floor", "burst_vs_dispatcher",
+                          "enqueue_vs_floor",
                           "burst_cpu_ms_per_key",
                           "broker_cpu_ms_per_key",
                           "orphan_p99_ms",

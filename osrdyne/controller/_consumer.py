@@ -67,6 +67,10 @@ class QueueConsumer:
         self._metrics = metrics
         self._retry_delay = retry_delay
         self._in_flight: set[asyncio.Task[None]] = set()
+        #: Publish-then-ack steps under way (`commit`): finished at stop, not cancelled
+        #: halfway (a request published but not acked would be published again by the next
+        #: leader).
+        self._committing: set[asyncio.Future[Any]] = set()
         self._queue: aio_pika.abc.AbstractQueue | None = None
         self._tag: str | None = None
         self._failures: collections.OrderedDict[str, int] = collections.OrderedDict()
@@ -79,6 +83,16 @@ class QueueConsumer:
         if self.publisher is None:
             return await send(self.channel)
         return await self.publisher.publish(send)
+
+    async def commit(self, steps: Awaitable[T]) -> T:
+        """Run `steps` (a publish, then the ack of the message it carries on) to their end even
+        when the handler is cancelled at stop: `stop` waits for them with a grace of their
+        own. Before them, a cancelled handler leaves its message unacked and unpublished."""
+        task = asyncio.ensure_future(steps)
+        self._committing.add(task)
+        task.add_done_callback(_committed)
+        task.add_done_callback(self._committing.discard)
+        return await asyncio.shield(task)
 
     async def start(self) -> None:
         await self.channel.set_qos(prefetch_count=self._prefetch)
@@ -178,8 +192,9 @@ class QueueConsumer:
         return self.queue_name[len(prefix) :] if self.queue_name.startswith(prefix) else "?"
 
     async def stop(self, grace: float) -> None:
-        """Cancel the consumer, give in-flight messages `grace` seconds, cancel the rest;
-        at most about twice `grace` in all, even when the broker does not answer."""
+        """Cancel the consumer, give in-flight messages `grace` seconds, cancel the rest, then
+        give the publish-then-ack steps already under way (`commit`) `grace` more; at most
+        about three times `grace` in all, even when the broker does not answer."""
         if self._queue is not None and self._tag is not None and not self.channel.is_closed:
             try:
                 async with asyncio.timeout(grace):
@@ -198,6 +213,17 @@ class QueueConsumer:
                     self.queue_name,
                     len(pending),
                 )
+        if self._committing:
+            _, unfinished = await asyncio.wait(self._committing, timeout=grace)
+            for step in unfinished:
+                step.cancel()
+            if unfinished:
+                logger.warning(
+                    "%s: %d message(s) published but not acked at stop: the next leader "
+                    "publishes them again",
+                    self.queue_name,
+                    len(unfinished),
+                )
 
 
 def _fingerprint(message: aio_pika.abc.AbstractIncomingMessage) -> str:
@@ -213,3 +239,10 @@ async def _quietly(awaitable: Any) -> None:
         await awaitable
     except Exception:
         logger.debug("ignored failure during cleanup", exc_info=True)
+
+
+def _committed(task: asyncio.Future[Any]) -> None:
+    """Retrieve a commit's outcome: its handler may have been cancelled and gone (its
+    failure is then the broker redelivering the message, nothing to log twice)."""
+    if not task.cancelled():
+        task.exception()

@@ -277,7 +277,8 @@ class Controller:
                 raise ComponentDied("a controller component died; starting a new session")
         finally:
             # Within the stop grace: a quarter for in-flight messages (each consumer's stop
-            # takes at most twice that), the loops cancelled at once, then the connection's
+            # takes at most three times that: the cancel, the messages, the publishes that
+            # must reach their ack), the loops cancelled at once, then the connection's
             # close (`_session`). The loops are cancelled even if this is interrupted.
             grace = s.amqp.stop_grace / 4 if self._stopping.is_set() else 0.5
             try:

@@ -119,8 +119,11 @@ class OrphanProcessor(QueueConsumer):
             exchange = await channel.get_exchange(self._names.request_exchange, ensure=False)
             await exchange.publish(copy, routing_key=key, mandatory=True)
 
-        await self.publish(forward)
-        await message.ack()
+        async def forward_and_ack() -> None:
+            await self.publish(forward)
+            await message.ack()
+
+        await self.commit(forward_and_ack())
         self._metrics.orphans.labels("forwarded").inc()
         self._metrics.requests_routed.labels("orphan").inc()
         self._metrics.orphan_seconds.observe(time.monotonic() - began)

@@ -3,7 +3,9 @@
 A burst of new keys asks the broker for many queue declares and binds at once. Unbounded, they
 pile up in the broker (a quorum queue's declare starts a Raft cluster: slow) until every one
 of them times out; bounded too tightly, a burst waits on round trips. `AimdLimit` paces them as
-TCP paces packets: additive increase (one more slot per `limit` operations that succeed),
+TCP paces packets: a slow start first (one more slot per operation that succeeds: the limit
+doubles each round of operations) until the first congestion or the ceiling; after a
+congestion, additive increase (one more slot per `limit` operations that succeed) and
 multiplicative decrease (half the slots when one times out or the broker refuses), between a
 floor and a ceiling. It is a plain object, tested without a broker.
 """
@@ -22,6 +24,9 @@ class AimdLimit:
         self.minimum = minimum
         self.maximum = maximum
         self._limit = float(initial)
+        #: Slow start (TCP's `ssthresh`): one more slot per success below it; set to the
+        #: halved limit by a congestion, so growth is additive from there on.
+        self._threshold = float(maximum)
         self._in_use = 0
         self._changed = asyncio.Condition()
 
@@ -50,9 +55,13 @@ class AimdLimit:
                 self._changed.notify(max(1, self.limit - self._in_use))
 
     def success(self) -> None:
-        """An operation the broker did in time: one more slot per `limit` of them."""
-        self._limit = min(float(self.maximum), self._limit + 1.0 / self._limit)
+        """An operation the broker did in time: one more slot per success in slow start, one
+        more per `limit` of them after a congestion."""
+        step = 1.0 if self._limit < self._threshold else 1.0 / self._limit
+        self._limit = min(float(self.maximum), self._limit + step)
 
     def congestion(self) -> None:
-        """An operation timed out or the broker refused it: half the slots."""
+        """An operation timed out or the broker refused it: half the slots, and slow start
+        ends (growth is additive from there on)."""
         self._limit = max(float(self.minimum), self._limit / 2)
+        self._threshold = self._limit

@@ -1,6 +1,6 @@
-"""The pace of the queue loop's broker operations, without a broker: additive increase while
-operations succeed, halved on congestion, never past the floor or the ceiling, and never more
-operations at once than the limit."""
+"""The pace of the queue loop's broker operations, without a broker: a slow start until the
+first congestion, additive increase after it, halved on congestion, never past the floor or
+the ceiling, and never more operations at once than the limit."""
 
 from __future__ import annotations
 
@@ -11,21 +11,30 @@ import pytest
 from osrdyne.controller._pacing import AimdLimit
 
 
-def test_additive_increase_multiplicative_decrease_within_bounds() -> None:
+def test_slow_start_then_additive_increase_multiplicative_decrease_within_bounds() -> None:
     pace = AimdLimit(initial=8, minimum=1, maximum=32)
     for _ in range(8):
         pace.success()
-    assert pace.limit == 8  # 8.97: 1/limit per success, the limit growing as it goes
+    assert pace.limit == 16  # slow start: one more slot per success (doubles each round)
+    for _ in range(30):
+        pace.success()
+    assert pace.limit == 32  # never past the ceiling
+    pace.congestion()
+    assert pace.limit == 16
+    for _ in range(16):
+        pace.success()
+    assert pace.limit == 16  # 16.97: after a congestion, 1/limit per success
     pace.success()
-    assert pace.limit == 9
+    assert pace.limit == 17
     for _ in range(1000):
         pace.success()
     assert pace.limit == 32
-    pace.congestion()
-    assert pace.limit == 16
     for _ in range(10):
         pace.congestion()
     assert pace.limit == 1
+    for _ in range(3):
+        pace.success()
+    assert pace.limit == 2  # additive from the floor: no second slow start
     with pytest.raises(ValueError):
         AimdLimit(initial=0, maximum=4)
 
