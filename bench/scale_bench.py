@@ -143,8 +143,9 @@ class Node:
         return await self.figures()
 
     async def quiet_figures(self) -> dict[str, int]:
-        """The node's figures once no queue is left (the last round's, and the floors', are
-        deleted in the background after their DELETE is answered) and its statistics say so."""
+        """The node's figures once no queue is left (the floors' vhosts, and the last
+        round's queues, are deleted in the background after their DELETE is answered) and
+        its statistics say so."""
         for _ in range(120):
             response = await self.http.get("/overview", params={"columns": "object_totals"})
             if response.json()["object_totals"]["queues"] == 0:
@@ -379,12 +380,14 @@ async def dispatcher_pace(
 
 async def burst_round(
     node: Node, queue_type: str, n: int, pool: str
-) -> tuple[Controller, asyncio.Task[None], dict[str, Any]]:
-    """One round: both floors, then a controller (left running) takes a burst of `n` new
-    keys in the node's `/` vhost. The round's figures, the controller and its task."""
+) -> tuple[Controller, asyncio.Task[None], dict[str, Any], dict[str, int]]:
+    """One round: the floors, then a controller (left running) takes a burst of `n` new
+    keys in the node's `/` vhost. The controller and its task, the round's figures, and the
+    node's figures before the burst (once the floors' queues are gone)."""
     floor, floor_broker_cpu = await broker_pace(node, queue_type, n)
     enqueue, enqueue_broker_cpu = await broker_pace(node, queue_type, n, enqueue=True)
     dispatcher, dispatcher_broker_cpu = await dispatcher_pace(node, queue_type, n)
+    before = await node.quiet_figures()
     amqp, management = node.urls("/")  # the vhost of the broker's events
     controller = controller_for(pool, amqp, management, n, queue_type)
     samples: list[float] = []
@@ -448,6 +451,7 @@ async def burst_round(
             "orphan_p50_ms": 1000 * statistics.median(samples),
             "orphan_p99_ms": 1000 * quantile(samples, 0.99),
         },
+        before,
     )
 
 
@@ -479,8 +483,7 @@ async def one_size(node: Node, queue_type: str, n: int, rounds: int = 3) -> dict
     results: list[dict[str, Any]] = []
     for round_ in range(rounds):
         pool = f"scale-{queue_type}-{n}-r{round_}"
-        before = await node.quiet_figures() if round_ == rounds - 1 else {}
-        controller, task, figures = await burst_round(node, queue_type, n, pool)
+        controller, task, figures, before = await burst_round(node, queue_type, n, pool)
         results.append(figures)
         if round_ < rounds - 1:
             controller.stop()
@@ -775,7 +778,7 @@ async def main() -> None:
         "--rounds",
         type=int,
         default=3,
-        help="bursts per N, each paired with both floors measured just before it (the "
+        help="bursts per N, each paired with the floors measured just before it (the "
         "median of the rounds' ratios is reported)",
     )
     parser.add_argument("--tracked", type=int, default=10_000, help="(0: skip)")

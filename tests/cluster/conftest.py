@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import re
 import signal
@@ -34,6 +35,15 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "ensure_cluster.sh"
 BASE = Path(os.environ.get("OSRDYNE_CLUSTER_DIR", "/tmp/osrdyne-cluster"))
 NODES = (1, 2, 3)
 SCRIPT_TIMEOUT = 240.0
+
+
+@pytest.fixture(autouse=True)
+def controller_log(caplog: pytest.LogCaptureFixture) -> None:
+    """The in-process controller's log at INFO (its queue operations, sessions and
+    leadership): shown with a failed test, which the default WARNING level would not say
+    (a run once lost requests after a pause and its log could not tell which step hung)."""
+    caplog.set_level(logging.INFO, logger="osrdyne")
+    caplog.set_level(logging.INFO, logger="drivers")
 
 
 def _port_open(port: int) -> bool:
