@@ -203,27 +203,31 @@ class QueueConsumer:
                 logger.warning(
                     "%s: the broker did not confirm the consumer's cancel", self.queue_name
                 )
-        if self._in_flight:
-            _, pending = await asyncio.wait(self._in_flight, timeout=grace)
-            for task in pending:
-                task.cancel()
-            if pending:
-                logger.warning(
-                    "%s: %d message(s) abandoned at stop, to be redelivered",
-                    self.queue_name,
-                    len(pending),
-                )
-        if self._committing:
-            _, unfinished = await asyncio.wait(self._committing, timeout=grace)
-            for step in unfinished:
-                step.cancel()
-            if unfinished:
-                logger.warning(
-                    "%s: %d message(s) published but not acked at stop: the next leader "
-                    "publishes them again",
-                    self.queue_name,
-                    len(unfinished),
-                )
+        abandoned = await _finish_or_cancel(self._in_flight, grace)
+        if abandoned:
+            logger.warning(
+                "%s: %d message(s) abandoned at stop, to be redelivered",
+                self.queue_name,
+                abandoned,
+            )
+        unfinished = await _finish_or_cancel(self._committing, grace)
+        if unfinished:
+            logger.warning(
+                "%s: %d message(s) published but not acked at stop: the next leader "
+                "publishes them again",
+                self.queue_name,
+                unfinished,
+            )
+
+
+async def _finish_or_cancel(tasks: set[Any], grace: float) -> int:
+    """Give `tasks` `grace` seconds to end, cancel the rest; how many were cancelled."""
+    if not tasks:
+        return 0
+    _, pending = await asyncio.wait(tasks, timeout=grace)
+    for task in pending:
+        task.cancel()
+    return len(pending)
 
 
 def _fingerprint(message: aio_pika.abc.AbstractIncomingMessage) -> str:
