@@ -22,7 +22,8 @@
 #                                client went silent (a killed worker), its data with it
 #                                (default 60min)
 #   SPARK_CONNECT_UI_PORT        run the Spark UI (and its REST API) on this port (default: off)
-#   PYTHON                       the Python with pyspark[connect] (default: python3)
+#   PYTHON                       the Python with pyspark[connect] (default: the repository's
+#                                .venv/bin/python that scripts/setup.sh makes, else python3)
 #
 # The server gets the same safety settings as an embedded worker's session (SQL cannot read
 # files by path, no `${...}` substitution), its JVM exits on OutOfMemoryError, and it is
@@ -36,7 +37,11 @@ MASTER=${SPARK_CONNECT_MASTER:-local[*]}
 MEMORY=${SPARK_CONNECT_DRIVER_MEMORY:-4g}
 BIND=${SPARK_CONNECT_BIND:-127.0.0.1}
 STATE=${SPARK_CONNECT_STATE_DIR:-/tmp/osrdyne-spark-connect-$PORT}
-PYTHON=${PYTHON:-python3}
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+if [[ -z "${PYTHON:-}" ]]; then
+  PYTHON=python3
+  [[ -x "$REPO/.venv/bin/python" ]] && PYTHON="$REPO/.venv/bin/python"
+fi
 URL="sc://127.0.0.1:$PORT"
 UI=(--conf spark.ui.enabled=false)
 if [[ -n "${SPARK_CONNECT_UI_PORT:-}" ]]; then
@@ -55,7 +60,10 @@ spark.stop()
 EOF
 }
 
-SPARK_HOME=$("$PYTHON" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')
+if ! SPARK_HOME=$("$PYTHON" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))' 2>/dev/null); then
+  log "$PYTHON cannot import pyspark: run scripts/setup.sh, or set PYTHON to a Python with pyspark[connect]"
+  exit 1
+fi
 export SPARK_HOME SPARK_PID_DIR="$STATE" SPARK_LOG_DIR="$STATE" SPARK_IDENT_STRING="osrdyne-$PORT"
 
 if [[ "${1:-}" == "--stop" ]]; then

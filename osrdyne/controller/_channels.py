@@ -3,6 +3,11 @@
 Many broker operations end a channel when they fail (a passive declare of a missing queue, a
 precondition). Control loops run operations concurrently on a few channels and get a fresh one
 whenever the previous one was closed, instead of letting one failure stall the loop.
+
+The most recently returned channel is handed out first: as many channels are open as
+operations ran at once (not `size` once `size` operations ran one after another), and the
+first new keys after a start find the channel the one before used instead of each opening
+one more (a round trip on a new key's path).
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ import aio_pika.abc
 class ChannelPool:
     def __init__(self, connection: aio_pika.abc.AbstractConnection, *, size: int) -> None:
         self._connection = connection
-        self._idle: asyncio.Queue[aio_pika.abc.AbstractChannel | None] = asyncio.Queue()
+        # Last in, first out: open channels are returned on top of the slots not used yet.
+        self._idle: asyncio.LifoQueue[aio_pika.abc.AbstractChannel | None] = asyncio.LifoQueue()
         for _ in range(size):
             self._idle.put_nowait(None)
         self._closing: set[asyncio.Future[None]] = set()

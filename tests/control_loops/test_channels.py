@@ -35,3 +35,37 @@ async def test_broken_and_abandoned_channels_are_replaced(amqp_url: str) -> None
             await after_timeout.declare_queue("", exclusive=True)  # usable
         await pool.close()  # waits for the abandoned channel's close
         assert abandoned.is_closed
+
+
+async def test_an_open_channel_is_reused_before_another_is_opened(amqp_url: str) -> None:
+    """Operations one after another run on one channel, however large the pool; operations at
+    once get channels of their own, and afterwards those stay the ones handed out."""
+    connection = await aio_pika.connect(amqp_url)
+    async with connection:
+        pool = ChannelPool(connection, size=8)
+        used = []
+        for _ in range(5):
+            async with pool.channel() as channel:
+                used.append(channel)
+        assert all(channel is used[0] for channel in used)
+
+        entered = asyncio.Event()
+        together: list[aio_pika.abc.AbstractChannel] = []
+
+        async def hold() -> None:
+            async with pool.channel() as channel:
+                together.append(channel)
+                if len(together) == 3:
+                    entered.set()
+                await entered.wait()
+
+        await asyncio.gather(hold(), hold(), hold())
+        assert len({id(channel) for channel in together}) == 3
+        assert used[0] in together
+        after = []
+        for _ in range(6):
+            async with pool.channel() as channel:
+                after.append(channel)
+        assert {id(channel) for channel in after} <= {id(channel) for channel in together}
+        await pool.close()
+        assert all(channel.is_closed for channel in together)
