@@ -65,6 +65,9 @@ TARGETS = {
     "orphan_p50_ms": 25.0,  # <=
     "standby_first_answer_p50_ms": 150.0,  # <=
 }
+#: Interleaved rounds below which the warm path's ratios are shown but not judged against
+#: their targets (`--quick` runs one).
+MIN_JUDGED_ROUNDS = 3
 
 log = logging.getLogger("dispatch_bench")
 
@@ -1102,8 +1105,12 @@ def report(
     if cel is not None:
         checks.append(("throughput ours/celery", paired(ours, cel, "tp"), ">=", 1.5))
         checks.append(("p50 latency ours/celery", paired(ours, cel, "p50"), "", 0))
+    # One or two rounds of the warm path swing from 0.73 to 1.4 on a shared machine: their
+    # paired ratios are shown, but judged against the targets only with enough rounds.
+    warm = {name for name, *_ in checks}
     if cold:
         checks += cold_report(args, cold, standby, results)
+    unjudged = f"not judged: {args.rounds} round(s), {MIN_JUDGED_ROUNDS} needed (full mode: 4)"
     print()
     print("| ratio (per-round paired: median [min-max]) | value | target | met |")
     print("| --- | --- | --- | --- |")
@@ -1111,10 +1118,19 @@ def report(
         if not op:
             print(f"| {name} | {_fmt(value, 2)} | - | - |")
             continue
+        if name in warm and args.rounds < MIN_JUDGED_ROUNDS:
+            print(f"| {name} | {_fmt(value, 2)} | {op} {target:g} | {unjudged} |")
+            continue
         met = value[0] >= target if op == ">=" else value[0] <= target
         print(f"| {name} | {_fmt(value, 2)} | {op} {target:g} | {'MET' if met else 'MISSED'} |")
     results["checks"] = [
-        {"name": name, "median_min_max": value, "op": op, "target": target}
+        {
+            "name": name,
+            "median_min_max": value,
+            "op": op,
+            "target": target,
+            "judged": bool(op) and (name not in warm or args.rounds >= MIN_JUDGED_ROUNDS),
+        }
         for name, value, op, target in checks
     ]
 
