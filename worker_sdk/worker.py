@@ -77,6 +77,8 @@ class Worker:
             max_workers=self.settings.concurrency, thread_name_prefix="handler"
         )
         self._in_flight: set[asyncio.Task[None]] = set()
+        #: A standby worker's standby channel, closing once it has its key.
+        self._standby_closing: asyncio.Future[None] | None = None
         self._reporter: activity.ActivityReporter | None = None
         self._replier: replies.Replier | None = None
         #: Counters of what this worker did (handled ok, failed, requeued, expired).
@@ -186,15 +188,19 @@ class Worker:
                 interval=s.activity_interval,
             )
             self._reporter = reporter
-            await self._announce(Event.STARTED)
+            # `started` is on its way while the startup hooks run and the consumer attaches
+            # (its confirm is not on the first request's path); `ready` is published only
+            # once it is confirmed, so the controller always hears them in that order.
+            started = asyncio.create_task(self._announce(Event.STARTED), name="announce-started")
             logger.info("worker %s started for key %r of pool %r", s.id, s.key, s.pool)
             loading = asyncio.create_task(reporter.loading(), name="activity-loading")
             try:
                 for hook in self._startup:
                     await self._call(hook, self)
+                queue, tag = await self._consume(connection, channel)
             finally:
                 loading.cancel()
-            queue, tag = await self._consume(connection, channel)
+                await started
             await self._announce(Event.READY)
             heartbeat = asyncio.create_task(reporter.run(), name="activity-heartbeat")
             guard = asyncio.create_task(self._watchdog.run(), name="watchdog")
@@ -220,6 +226,8 @@ class Worker:
         finally:
             try:
                 async with asyncio.timeout(_BROKER_STEP_TIMEOUT):
+                    if self._standby_closing is not None:
+                        await self._standby_closing
                     await connection.close()
             except (TimeoutError, aio_pika.exceptions.AMQPError, ConnectionError):
                 logger.warning("could not close the connection cleanly (broker unreachable?)")
@@ -264,10 +272,15 @@ class Worker:
             if not assigned.done():
                 return False
         finally:
-            # Closing the channel cancels the consumer, and the auto-delete queue goes.
+            # Closing the channel cancels the consumer, and the auto-delete queue goes. With a
+            # key, off the key's path: the assignment is acked, and until the queue is gone a
+            # second one would be refused (`assigned` is done).
             stopped.cancel()
-            with contextlib.suppress(*_BROKER_GONE):
-                await channel.close()
+            closing = asyncio.ensure_future(_close_quietly(channel))
+            if assigned.done():
+                self._standby_closing = closing
+            else:
+                await closing
         found = assigned.result()
         assert isinstance(found, wire.Assignment)
         s.key, s.requests_queue = found
@@ -528,3 +541,9 @@ async def _first_of(*events: asyncio.Event) -> None:
     finally:
         for wait in waits:
             wait.cancel()
+
+
+async def _close_quietly(channel: aio_pika.abc.AbstractChannel) -> None:
+    """Close `channel`; a broker already gone has closed it."""
+    with contextlib.suppress(*_BROKER_GONE):
+        await channel.close()
