@@ -17,7 +17,7 @@ import asyncio
 import collections
 import hashlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any, TypeVar
 
 import aio_pika.abc
@@ -220,7 +220,7 @@ class QueueConsumer:
             )
 
 
-async def _finish_or_cancel(tasks: set[Any], grace: float) -> int:
+async def _finish_or_cancel(tasks: Collection[asyncio.Future[Any]], grace: float) -> int:
     """Give `tasks` `grace` seconds to end, cancel the rest; how many were cancelled."""
     if not tasks:
         return 0

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
+from typing import Any
 
 import aio_pika.abc
 
@@ -64,57 +66,63 @@ class DeadLetterResponder(QueueConsumer):
         )
         logger.info("request for key %r died: %s", key, reason, extra=fields)
 
-        async def settle() -> None:
-            # Parked, answered and acked as one step: a stop between them would park and
-            # answer it twice (`commit`).
-            if reason == wire.Status.DELIVERY_LIMIT:
-                await self.publish(
-                    lambda channel: poison.park(
-                        channel,
-                        message,
-                        names=self._names,
-                        reason=wire.Status.DELIVERY_LIMIT.value,
-                        taken_from=self.queue_name,
-                    )
-                )
-                self._metrics.poison.inc()
-                logger.warning(
-                    "request for key %r reached the delivery limit: kept as poison",
-                    key,
-                    extra=fields,
-                )
-            document = {
-                "error": _EXPLANATIONS.get(reason, f"the request died ({reason})"),
-                "reason": reason,
-                "key": key,
-                "pool": self._names.pool,
-                "queue": death.queue,
-                "deaths": death.count,
-                "died_at": death.time,
-            }
-            answered = await self.publish(
-                lambda channel: _replies.answer_error(
-                    channel, message, status=reason, document=document
+        await self.commit(self._settle(message, death, fields))
+
+    async def _settle(
+        self,
+        message: aio_pika.abc.AbstractIncomingMessage,
+        death: wire.Death,
+        fields: Mapping[str, Any],
+    ) -> None:
+        """Park (at the delivery limit), answer and ack a dead letter: one step under
+        `commit`, since a stop between them would park and answer it twice."""
+        reason, key = death.reason, death.key
+        if reason == wire.Status.DELIVERY_LIMIT:
+            await self.publish(
+                lambda channel: poison.park(
+                    channel,
+                    message,
+                    names=self._names,
+                    reason=wire.Status.DELIVERY_LIMIT.value,
+                    taken_from=self.queue_name,
                 )
             )
-            if self._history is not None:
-                letter = DeadLetter(
-                    time=time.time(),
-                    reason=reason,
-                    correlation_id=message.correlation_id,
-                    deaths=death.count,
-                    answered=answered,
-                    request_id=wire.request_id(message.message_id),
-                )
-                self._history.dead_letter(key, letter)
-            if not answered:
-                self._metrics.dead_letters_unanswerable.inc()
-                logger.warning(
-                    "dead-lettered request for key %r (%s) has no reply_to: nobody to answer",
-                    key,
-                    reason,
-                    extra=fields,
-                )
-            await message.ack()
-
-        await self.commit(settle())
+            self._metrics.poison.inc()
+            logger.warning(
+                "request for key %r reached the delivery limit: kept as poison",
+                key,
+                extra=fields,
+            )
+        document = {
+            "error": _EXPLANATIONS.get(reason, f"the request died ({reason})"),
+            "reason": reason,
+            "key": key,
+            "pool": self._names.pool,
+            "queue": death.queue,
+            "deaths": death.count,
+            "died_at": death.time,
+        }
+        answered = await self.publish(
+            lambda channel: _replies.answer_error(
+                channel, message, status=reason, document=document
+            )
+        )
+        if self._history is not None:
+            letter = DeadLetter(
+                time=time.time(),
+                reason=reason,
+                correlation_id=message.correlation_id,
+                deaths=death.count,
+                answered=answered,
+                request_id=wire.request_id(message.message_id),
+            )
+            self._history.dead_letter(key, letter)
+        if not answered:
+            self._metrics.dead_letters_unanswerable.inc()
+            logger.warning(
+                "dead-lettered request for key %r (%s) has no reply_to: nobody to answer",
+                key,
+                reason,
+                extra=fields,
+            )
+        await message.ack()
