@@ -90,6 +90,15 @@ async def test_a_new_key_is_answered_by_a_standby_worker_and_it_is_replaced(
 
     after = await _waiting(running, 2)  # a replacement took its place
     assert served["worker_id"] not in after
+    # Its standby queue went with the key (closed off the key's path): no second
+    # assignment can reach it.
+    names = PoolNames(pool)
+    standby_queue = names.standby_queue(served["worker_id"])
+
+    async def gone() -> bool:
+        return not await _queue_exists(standby_queue)
+
+    await eventually(gone, what="the served standby worker's standby queue gone")
     assert len(set(after) - set(before)) == 1
     gauge = running.controller.metrics.standby_workers
     await eventually(lambda: gauge._value.get() == 2, what="the standby gauge")
