@@ -15,7 +15,12 @@ Three optional protocols let a driver say more, each found with `isinstance`:
 - `Capacity`: how many worker groups it can run at once (processes and memory for the
   subprocess driver, containers for docker); the controller refuses new keys beyond it;
 - `Standby`: it keeps workers started ahead of demand, not yet keyed; `start(key)` gives one
-  of them the key through the controller's `Assign` (docs/protocol.md, "Standby workers").
+  of them the key through the controller's `Assign` (docs/protocol.md, "Standby workers");
+- `Unlisted`: it cannot see the groups it runs (noop: workers are started by hand), so its
+  `list()` says nothing; the worker-group loop remembers what it started and stopped instead
+  of starting every expected group again on every pass;
+- `Sizes`: it runs a group as a number of workers it can change (`resize(key, n)`); the
+  controller's group scaler decides the number (docs/drivers.md, "Group sizing").
 """
 
 from __future__ import annotations
@@ -144,3 +149,25 @@ class Standby(Protocol):
     def attach(self, assign: Assign | None) -> None:
         """Assign keys through `assign` from now on (the leading controller's session);
         None: no session, `start` starts workers for their key as without standby."""
+
+
+@runtime_checkable
+class Unlisted(Protocol):
+    """A driver that cannot list the groups it runs: `list()` is empty whatever runs."""
+
+    def cannot_list(self) -> bool:
+        """True: trust your own record of what `start` and `stop` did, not `list()`."""
+
+
+@runtime_checkable
+class Sizes(Protocol):
+    """A driver that can run a group as `n` workers and change `n` while it runs."""
+
+    async def resize(self, key: str, workers: int) -> None:
+        """Make the running group of `key` have `workers` workers (at least 1), or as many
+        as the driver's caps leave room for (`sizes()` says what it got). Removed workers
+        drain first (SIGTERM: they finish what they hold). No-op for a key without a group;
+        a group started later starts at the driver's own count. Idempotent."""
+
+    def sizes(self) -> Mapping[str, int]:
+        """The workers each running group is asked to have (no I/O)."""

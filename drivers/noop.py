@@ -2,6 +2,8 @@
 
 It starts and stops nothing and lists nothing; osrdyne still manages queues, orphans and dead
 letters, and workers started manually report activity that keeps their group's queue alive.
+It says so (`base.Unlisted`): the worker-group loop then counts a group started once it asked
+for it, instead of asking again on every pass. It sizes nothing (no `base.Sizes`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,10 @@ class NoopDriver:
 
     async def list(self) -> set[str]:
         return set()
+
+    def cannot_list(self) -> bool:
+        """The `Unlisted` protocol: what runs is unknown to this driver."""
+        return True
 
     async def close(self) -> None:
         return None

@@ -15,12 +15,19 @@ the key's group, its other slots start as usual. A standby that exits is restart
 standby; once keyed, as a worker of its key. A restarted controller cannot read from /proc
 which key a standby was given (its environment is the one it started with), so it stops the
 workers that started as standbys (SIGTERM: they drain) and starts their groups anew.
+
+A group's size changes while it runs (the `Sizes` protocol: the controller's group scaler
+calls `resize(key, n)`): new slots start at once; the highest slots leave by SIGTERM, so their
+workers stop taking requests and finish what they hold (what they had not started returns to
+the queue), SIGKILL only after `stop_timeout`. A group grows only into the processes the cap
+leaves (`max_processes`, or memory), and the workers beyond each group's `workers` count
+against the `Capacity` offered to new keys. A restarted controller adopts the first `workers`
+slots of each group; the others drain, and the scaler grows the group again if it needs them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 import os
@@ -28,11 +35,10 @@ import signal
 import sys
 import time
 import uuid
-from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from drivers import base
+from drivers import _processes, base
 
 logger = logging.getLogger(__name__)
 
@@ -98,11 +104,6 @@ class SubprocessSettings(BaseModel):
     )
 
 
-def machine_memory() -> int:
-    """Bytes of physical memory of this machine."""
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
 #: Environment variables marking a worker as the driver's: who owns it, which slot it fills.
 OWNER_ENV = "OSRDYNE_OWNER"
 SLOT_ENV = "OSRDYNE_SLOT"
@@ -126,6 +127,13 @@ class _Group:
         count = 1 if key is None else driver.settings.workers
         self.workers = [base.WorkerInfo(worker_id=self._worker_id(i)) for i in range(count)]
         self.tasks: list[asyncio.Task[None]] = []
+        #: The supervision task of each slot in `workers`.
+        self._slot_tasks: dict[int, asyncio.Task[None]] = {}
+        #: Workers taken away by a resize (ids of their `WorkerInfo`): not restarted.
+        self._retired: set[int] = set()
+        #: Their stops in progress.
+        self.leaving: set[asyncio.Task[None]] = set()
+        self._stopped: asyncio.Task[None] | None = None
 
     def _worker_id(self, slot: int) -> str:
         pool = self.driver.context.pool
@@ -148,6 +156,48 @@ class _Group:
             self._supervise(slot, adopted_pid), name=f"subprocess worker {self.key!r}#{slot}"
         )
         self.tasks.append(task)
+        self._slot_tasks[slot] = task
+
+    def resize(self, count: int) -> None:
+        """Run `count` workers: start the new slots, drain the highest ones away."""
+        if self.stopping or self.key is None:
+            return
+        first = len(self.workers)
+        if count > first:
+            self.workers += [
+                base.WorkerInfo(worker_id=self._worker_id(i)) for i in range(first, count)
+            ]
+            for slot in range(first, count):
+                self._supervise_slot(slot, None)
+            return
+        leaving, self.workers = self.workers[count:], self.workers[:count]
+        for slot, info in enumerate(leaving, start=count):
+            self._retired.add(id(info))
+            task = asyncio.create_task(
+                self._leave(info, self._slot_tasks.pop(slot)),
+                name=f"subprocess worker {info.worker_id} leaving",
+            )
+            self.leaving.add(task)
+            task.add_done_callback(self.leaving.discard)
+
+    async def _leave(self, info: base.WorkerInfo, supervision: asyncio.Task[None]) -> None:
+        """Drain one worker away: SIGTERM (it finishes what it holds), SIGKILL after
+        `stop_timeout`, then end its supervision."""
+        deadline = time.monotonic() + _processes.KILLED_WITHIN
+        while info.pid is None and not supervision.done() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)  # its process is being started: wait for its pid
+        pid = info.pid
+        if pid is not None:
+            _processes.send(pid, signal.SIGTERM)
+            if not await _processes.ended([pid], self.driver.settings.stop_timeout):
+                logger.warning("worker pid %d of key %r ignored SIGTERM: killing", pid, self.key)
+                _processes.send(pid, signal.SIGKILL)
+                await _processes.ended([pid], _processes.KILLED_WITHIN)
+        supervision.cancel()
+        await asyncio.gather(supervision, return_exceptions=True)
+
+    def _serving(self, info: base.WorkerInfo) -> bool:
+        return not self.stopping and id(info) not in self._retired
 
     def assign(self, key: str) -> None:
         """This standby now serves `key` (it was told): slot 0 of the key's group; the other
@@ -167,7 +217,7 @@ class _Group:
         backoff = s.restart_backoff
         if adopted_pid is not None:
             await self._wait_adopted(adopted_pid)
-        while not self.stopping:
+        while self._serving(info):
             started = time.monotonic()
             try:
                 code = await self._run_once(slot, info)
@@ -175,7 +225,7 @@ class _Group:
                 logger.error("cannot start worker for key %r: %s", self.key, exc)
                 code = -1
             info.last_exit = code
-            if self.stopping:
+            if not self._serving(info):
                 break
             ran = time.monotonic() - started
             backoff = s.restart_backoff if ran >= s.healthy_after else backoff
@@ -215,40 +265,34 @@ class _Group:
         return await proc.wait()
 
     async def _wait_adopted(self, pid: int) -> None:
-        while not self.stopping and _alive(pid):
+        while not self.stopping and _processes.alive(pid):
             await asyncio.sleep(0.5)
 
     async def stop(self) -> None:
+        """Stop every worker of the group (SIGTERM, SIGKILL after `stop_timeout`) and end
+        their supervision. Runs to its end even when its caller is cancelled (a controller
+        stopping during a group's stop): a stop cut short would leave a worker supervised
+        by nobody's group, restarted by nobody, stopped by nobody."""
+        if self._stopped is None:
+            self._stopped = asyncio.create_task(self._stop(), name=f"stop group {self.key!r}")
+        await asyncio.shield(self._stopped)
+
+    async def _stop(self) -> None:
         self.stopping = True
         pids = [w.pid for w in self.workers if w.pid is not None]
         for pid in pids:
-            _signal(pid, signal.SIGTERM)
-        deadline = time.monotonic() + self.driver.settings.stop_timeout
-        while time.monotonic() < deadline and any(_alive(p) for p in pids):
-            await asyncio.sleep(0.05)
-        for pid in pids:
-            if _alive(pid):
-                logger.warning("worker pid %d of key %r ignored SIGTERM: killing", pid, self.key)
-                _signal(pid, signal.SIGKILL)
+            _processes.send(pid, signal.SIGTERM)
+        if not await _processes.ended(pids, self.driver.settings.stop_timeout):
+            for pid in pids:
+                if _processes.alive(pid):
+                    logger.warning(
+                        "worker pid %d of key %r ignored SIGTERM: killing", pid, self.key
+                    )
+                    _processes.send(pid, signal.SIGKILL)
+            await _processes.ended(pids, _processes.KILLED_WITHIN)
         for task in self.tasks:
             task.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
-
-
-def _alive(pid: int) -> bool:
-    """True while `pid` runs (a zombie child counts as gone)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    # A zombie has exited; it is reaped by its parent (asyncio's child watcher for ours:
-    # reaping it here would steal its exit status).
-    return state != "Z"
-
-
-def _signal(pid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, sig)
+        await asyncio.gather(*self.tasks, *self.leaving, return_exceptions=True)
 
 
 class SubprocessDriver:
@@ -267,6 +311,8 @@ class SubprocessDriver:
         self._closed = False
 
     async def start(self, key: str) -> None:
+        if self._closed:
+            raise base.DriverError(f"driver closed: group {key!r} not started")
         self._adopt_once()
         if key not in self._groups and not await self._take_standby(key):
             if key not in self._groups:  # not started meanwhile
@@ -277,7 +323,7 @@ class SubprocessDriver:
         self._adopt_once()
         group = self._groups.pop(key, None)
         if group is not None:
-            await group.stop()
+            await asyncio.shield(self._retire(group))
 
     async def list(self) -> set[str]:
         self._adopt_once()
@@ -292,12 +338,40 @@ class SubprocessDriver:
 
     def capacity(self) -> int:
         """Most groups at once (the `Capacity` protocol): `max_processes`, or the machine's
-        memory over `memory_per_worker`, less the standby workers, divided by the workers of
-        a group."""
+        memory over `memory_per_worker`, less the standby workers and the workers groups
+        run beyond their `workers` (grown by the scaler), divided by the workers of a
+        group."""
+        extras = sum(max(0, n - self.settings.workers) for n in self._used().values())
+        spare = self._process_limit() - self.settings.standby - extras
+        return max(0, spare) // self.settings.workers
+
+    def _process_limit(self) -> int:
         processes = self.settings.max_processes
         if processes is None:
-            processes = machine_memory() // (self.settings.memory_per_worker * 2**20)
-        return max(0, processes - self.settings.standby) // self.settings.workers
+            processes = _processes.machine_memory() // (self.settings.memory_per_worker * 2**20)
+        return processes
+
+    def _used(self) -> dict[str, int]:
+        """Processes of each group, those draining away counted."""
+        return {key: len(g.workers) + len(g.leaving) for key, g in self._groups.items()}
+
+    # -- sizes (the `Sizes` protocol) -----------------------------------------------------
+
+    async def resize(self, key: str, workers: int) -> None:
+        """Run `workers` processes for `key` (at least 1), growing only into the processes
+        the cap leaves; no-op for a key without a group."""
+        group = self._groups.get(key)
+        if group is None or group.stopping or self._closed:
+            return
+        count = max(1, workers)
+        grow = count - len(group.workers)
+        if grow > 0:
+            room = self._process_limit() - len(self._standby) - sum(self._used().values())
+            count = len(group.workers) + min(grow, max(0, room))
+        group.resize(count)
+
+    def sizes(self) -> dict[str, int]:
+        return {key: len(g.workers) for key, g in self._groups.items()}
 
     def describe(self) -> dict[str, tuple[base.WorkerInfo, ...]]:
         """The workers of each group (the `Describes` protocol)."""
@@ -344,10 +418,12 @@ class SubprocessDriver:
             self._standby[str(group.standby_id)] = group
             group.start({})
 
-    def _retire(self, group: _Group) -> None:
-        task = asyncio.create_task(group.stop(), name="retire a standby worker")
+    def _retire(self, group: _Group) -> asyncio.Task[None]:
+        """Stop `group`, out of the driver's books: `close()` still waits for its stop."""
+        task = asyncio.create_task(group.stop(), name=f"retire group {group.key!r}")
         self._retiring.add(task)
         task.add_done_callback(self._retiring.discard)
+        return task
 
     def _launch(self, key: str, adopted: dict[int, int]) -> None:
         group = _Group(self, key)
@@ -362,40 +438,17 @@ class SubprocessDriver:
             return
         self._adopted = True
         found: dict[str, dict[int, int]] = {}
-        for pid, env in _processes_of(self.owner, self.context.pool):
+        for pid, env in _processes.workers_of(self.owner, self.context.pool, owner_env=OWNER_ENV):
             key, slot = env.get("WORKER_KEY"), env.get(SLOT_ENV, "")
             if STANDBY_ENV in env:
-                _signal(pid, signal.SIGTERM)  # which key it was given, if any, is unknown
+                _processes.send(pid, signal.SIGTERM)  # which key it was given, if any, is unknown
                 continue
             if key is None or not slot.isdigit():
                 continue
             if int(slot) >= self.settings.workers or int(slot) in found.get(key, {}):
-                _signal(pid, signal.SIGTERM)  # the group shrank, or a stray duplicate
+                _processes.send(pid, signal.SIGTERM)  # the group shrank, or a stray duplicate
                 continue
             found.setdefault(key, {})[int(slot)] = pid
         for key, slots in found.items():
             logger.info("adopting %d running worker(s) of key %r", len(slots), key)
             self._launch(key, slots)
-
-
-def _processes_of(owner: str, pool: str) -> list[tuple[int, dict[str, str]]]:
-    """Live processes whose environment says they are workers of `owner` in `pool`."""
-    marker = f"{OWNER_ENV}={owner}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            raw = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        if marker not in raw.split(b"\0"):
-            continue
-        env = dict(
-            item.decode(errors="surrogateescape").split("=", 1)
-            for item in raw.split(b"\0")
-            if b"=" in item
-        )
-        if env.get("WORKER_POOL") == pool and _alive(int(entry.name)):
-            found.append((int(entry.name), env))
-    return found

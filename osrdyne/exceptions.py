@@ -15,7 +15,8 @@
     ├── ResponseError                an answer came, but not `ok` (`Response.raise_for_status`)
     │   ├── WorkerFailed             the worker's handler failed (fix the request or worker)
     │   └── RequestDead              the request died before a worker answered: expired,
-    │                                rejected, maxlen, delivery_limit, invalid_key
+    │                                rejected, maxlen, delivery_limit, invalid_key,
+    │                                overloaded, start_failed (its group cannot start)
     └── ConfigurationError           settings are invalid (fix the configuration)
 
 Driver errors live with the drivers (`drivers.DriverError`).
@@ -23,10 +24,31 @@ Driver errors live with the drivers (`drivers.DriverError`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from osrdyne.client import Response
+
+class Answer(Protocol):
+    """What a `ResponseError` holds: the client's `osrdyne.Response` (described here, not
+    imported: the client imports this module, and errors sit below it)."""
+
+    @property
+    def status(self) -> str: ...
+    @property
+    def body(self) -> bytes: ...
+    @property
+    def headers(self) -> Mapping[str, Any]: ...
+    @property
+    def correlation_id(self) -> str | None: ...
+    @property
+    def interim(self) -> bool: ...
+    @property
+    def request_id(self) -> str | None: ...
+    @property
+    def ok(self) -> bool: ...
+    @property
+    def text(self) -> str: ...
+    def json(self) -> Any: ...
 
 
 class OsrdyneError(Exception):
@@ -64,7 +86,7 @@ class ConnectionLost(ClientError):
 class ResponseError(OsrdyneError):
     """An answer whose status is not `ok`."""
 
-    def __init__(self, response: Response) -> None:
+    def __init__(self, response: Answer) -> None:
         super().__init__(f"request answered with status {response.status!r}: {response.text}")
         self.response = response
 

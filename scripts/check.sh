@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# The checks that keep the house: lint (ruff check), formatting (ruff format) and types (mypy
-# strict, on the packages), on the virtualenv scripts/setup.sh made. CI runs it before the
-# tests, so a change that breaks any of them does not land. Quiet when all is well.
+# The checks that keep the house: lint (ruff check), formatting (ruff format), types (mypy
+# strict, on the packages) and layers (import-linter's contracts, in pyproject.toml), on the
+# virtualenv scripts/setup.sh made. CI runs it before the tests, so a change that breaks any
+# of them does not land. Quiet when all is well.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 .venv/bin/ruff check --quiet .
 .venv/bin/ruff format --check --quiet .
 .venv/bin/mypy --no-error-summary
-echo "check: ruff and mypy are clean" >&2
+# lint-imports prints its banner and every contract: shown only when one is broken.
+if ! layers=$(.venv/bin/lint-imports --no-cache 2>&1); then
+    echo "$layers" >&2
+    exit 1
+fi
+echo "check: ruff, mypy and the import contracts are clean" >&2

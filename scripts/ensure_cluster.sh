@@ -71,14 +71,17 @@ write_files() {
   mkdir -p "$dir/mnesia" "$dir/log"
   echo "# osrdyne cluster node: everything comes from the environment" >"$dir/rabbitmq-env.conf"
   echo "[rabbitmq_management,rabbitmq_event_exchange]." >"$dir/enabled_plugins"
-  echo "[{kernel, [{net_ticktime, $TICKTIME}]}]." >"$dir/advanced.config"
+  # Each node opens its links to the others from its own loopback address (127.0.0.2-4),
+  # so that packet filter rules can cut one node-to-node link (tests/cluster/network.py).
+  echo "[{kernel, [{net_ticktime, $TICKTIME}, {inet_dist_connect_options, [{ip, {127,0,0,$((n + 1))}}]}]}]." \
+    >"$dir/advanced.config"
   cat >"$dir/rabbitmq.conf" <<EOF
 listeners.tcp.default = 127.0.0.1:$(amqp_port "$n")
 management.tcp.port = $(mgmt_port "$n")
 management.tcp.ip = 127.0.0.1
 loopback_users.guest = true
 heartbeat = $HEARTBEAT
-cluster_partition_handling = autoheal
+cluster_partition_handling = pause_minority
 disk_free_limit.absolute = 10MB
 collect_statistics_interval = 1000
 log.console = false
@@ -107,9 +110,42 @@ prepare() {
 
 running() { ctl "$1" status >/dev/null 2>&1; }
 
+vm_pid() {  # vm_pid N: the pid of node N's Erlang VM (found by its environment), if it runs
+  local want p
+  want="RABBITMQ_NODENAME=$(node_name "$1")"
+  for p in /proc/[0-9]*; do
+    [[ $(cat "$p/comm" 2>/dev/null) == beam.smp ]] || continue
+    tr '\0' '\n' <"$p/cmdline" 2>/dev/null | grep -q escript && continue  # a rabbitmqctl
+    if tr '\0' '\n' <"$p/environ" 2>/dev/null | grep -qxF "$want"; then
+      echo "${p#/proc/}"
+      return 0
+    fi
+  done
+  return 1
+}
+
+# app_dead N: node N's VM runs, but its rabbit app neither runs nor boots, twice 5 s apart.
+# Seen with pause_minority on RabbitMQ 3.10 after a one-way (partial) partition healed: the
+# node paused, its restart failed (`{case_clause,{error,{node_not_running,...}}}` in
+# rabbit:start) and left the VM up with no broker in it, for good.
+app_dead() {
+  local n=$1 _
+  for _ in 1 2; do
+    [[ $(ctl "$n" eval 'rabbit:is_booting() orelse rabbit:is_running().' 2>/dev/null) == false ]] ||
+      return 1
+    sleep 5
+  done
+}
+
 start_node() {
-  local n=$1
+  local n=$1 pid
   if port_open "$(amqp_port "$n")"; then return 0; fi  # it serves AMQP: it runs
+  if pid=$(vm_pid "$n"); then
+    app_dead "$n" || return 0  # booting (e.g. waiting for its peers)
+    log "$(node_name "$n"): its VM runs without a broker in it (a failed restart): ending it"
+    kill -KILL "$pid" 2>/dev/null || true
+    while kill -0 "$pid" 2>/dev/null; do sleep 0.2; done
+  fi
   log "starting $(node_name "$n")"
   rm -f "$BASE/c$n/node.pid"
   # The node's file limit: one descriptor per connection, queue segment and Raft log.
@@ -118,19 +154,44 @@ start_node() {
   as_rabbit env "${ENV[@]}" "$BIN/rabbitmq-server" -detached
 }
 
+up() { port_open "$(amqp_port "$1")" && port_open "$(mgmt_port "$1")"; }
+
+# wait_node N [SECONDS]: 0 once node N serves AMQP and its management API; 1 if its VM exited
+# while booting (seen: `incompatible_feature_flags` when nodes boot at once); 2 if it still
+# boots after SECONDS (default 180: a node that was not the last to stop waits for its peers).
 wait_node() {
-  local n=$1
+  local n=$1 limit=${2:-180} gone=0
   # A node serving AMQP and its management API is up, whatever its pid file says (a node
-  # restarted by autoheal or by hand may have none); else wait for it to boot.
-  if port_open "$(amqp_port "$n")" && port_open "$(mgmt_port "$n")"; then return 0; fi
-  if [[ -f $BASE/c$n/node.pid ]]; then
-    ctl "$n" wait "$BASE/c$n/node.pid" --timeout 120 >/dev/null
-  fi
-  for _ in $(seq 1 120); do
-    if port_open "$(amqp_port "$n")" && port_open "$(mgmt_port "$n")"; then return 0; fi
+  # restarted by autoheal or by hand may have none).
+  for _ in $(seq 1 "$limit"); do
+    if up "$n"; then return 0; fi
+    if vm_pid "$n" >/dev/null; then
+      gone=0
+    else
+      # `rabbitmq-server -detached` forks: the VM may not be there yet, so three times in a row.
+      gone=$((gone + 1))
+      if ((gone >= 3)); then return 1; fi
+    fi
     sleep 1
   done
-  log "$(node_name "$n") does not answer; its log: $BASE/c$n/log"
+  return 2
+}
+
+# boot N [SECONDS]: start node N and wait for it, starting it again (three tries) when its VM
+# exits while booting; 0 up, 2 still booting after SECONDS, 1 given up.
+boot() {
+  local n=$1 limit=${2:-180} try rc
+  for try in 1 2 3; do
+    start_node "$n"
+    rc=0
+    wait_node "$n" "$limit" || rc=$?
+    if ((rc != 1)); then return "$rc"; fi
+    log "$(node_name "$n") exited while booting (try $try of 3): $(
+      grep -ho 'incompatible_feature_flags\|badmap[^,]*\|BOOT FAILED' "$BASE/c$n/log/"*.log \
+        2>/dev/null | tail -1)"
+    sleep 2
+  done
+  log "$(node_name "$n") does not boot; its log: $BASE/c$n/log"
   return 1
 }
 
@@ -147,7 +208,9 @@ join() {
 }
 
 stop_all() {
-  for n in "${NODES[@]}"; do
+  # Node 1 last: the last node to stop is the one that boots without waiting for its peers,
+  # and `bring_up` starts node 1 first.
+  for n in 3 2 1; do
     if running "$n"; then
       log "stopping $(node_name "$n")"
       ctl "$n" stop >/dev/null 2>&1 || true
@@ -174,7 +237,7 @@ case "${1:-}" in
     fi
     exit 0 ;;
   --purge) stop_all; rm -rf "$BASE"; exit 0 ;;
-  --start) prepare; start_node "$2"; wait_node "$2"; exit 0 ;;
+  --start) prepare; boot "$2"; exit 0 ;;
   "") ;;
   *) echo "usage: $0 [--stop | --purge | --start N]" >&2; exit 2 ;;
 esac
@@ -191,9 +254,23 @@ api_healthy() {
 }
 
 bring_up() {
-  # All three at once: nodes that were clustered wait for each other when they boot.
-  for n in "${NODES[@]}"; do start_node "$n"; done
-  for n in "${NODES[@]}"; do wait_node "$n"; done
+  # One node after another, node 1 first (it stopped last): nodes booting at once sync their
+  # feature flags with each other while none is up, and one of them can exit with
+  # `incompatible_feature_flags` (a `badmap` in `rabbit_feature_flags`, seen once), while
+  # nodes that boot next to a running one take its flags. A node that still waits for its
+  # peers after a while (it was not the last to stop) does not hold the others: they are
+  # started, and every node is waited for. A node whose VM exits while booting is started
+  # again (`boot`).
+  local n rc
+  rc=0
+  boot 1 30 || rc=$?
+  ((rc != 1)) || return 1
+  for n in 2 3; do
+    rc=0
+    boot "$n" 30 || rc=$?
+    ((rc != 1)) || return 1
+  done
+  for n in "${NODES[@]}"; do boot "$n" || return 1; done
   for n in 2 3; do join "$n"; done
 }
 

@@ -67,10 +67,19 @@ fi
 export SPARK_HOME SPARK_PID_DIR="$STATE" SPARK_LOG_DIR="$STATE" SPARK_IDENT_STRING="osrdyne-$PORT"
 
 if [[ "${1:-}" == "--stop" ]]; then
+  # The JVM the pid file names (spark-daemon.sh removes the file when it signals it).
+  jvm=$(cat "$STATE"/*.pid 2>/dev/null | head -n 1 || true)
   if [[ -d "$STATE" ]]; then
     "$SPARK_HOME/sbin/stop-connect-server.sh" >/dev/null 2>&1 || true
   fi
   for _ in $(seq 1 30); do port_open || { log "stopped (port $PORT closed)"; exit 0; }; sleep 1; done
+  # Its orderly stop (SIGTERM: the SparkContext stops, sessions close) can outlast 30 s on a
+  # loaded machine: the JVM this script started is killed then.
+  if [[ $jvm =~ ^[0-9]+$ ]] && [[ $(ps -p "$jvm" -o comm= 2>/dev/null) == java ]]; then
+    log "the server did not stop within 30 s of SIGTERM: SIGKILL to $jvm"
+    kill -9 "$jvm" 2>/dev/null || true
+    for _ in $(seq 1 10); do port_open || { log "stopped (port $PORT closed)"; exit 0; }; sleep 1; done
+  fi
   log "the server on port $PORT is still running (not started by this script?)"
   exit 1
 fi

@@ -34,6 +34,7 @@ command -v chromedriver >/dev/null || missing+=(chromium-driver)       # ... dri
 command -v promtool >/dev/null || missing+=(prometheus)                # HPA mode's metric test
 command -v debootstrap >/dev/null || missing+=(debootstrap)            # compose test's base images
 command -v docker-compose >/dev/null || missing+=(docker-compose)      # ... and compose itself
+command -v iptables >/dev/null || missing+=(iptables)                  # cluster partitions
 if (( ${#missing[@]} )); then
   log "installing ${missing[*]}"
   apt_install "${missing[@]}"

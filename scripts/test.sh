@@ -1,13 +1,69 @@
 #!/usr/bin/env bash
-# Run the whole test suite: real RabbitMQ, real worker processes, real Spark, a real Docker
-# engine. Extra arguments go to pytest (e.g. scripts/test.sh -k orphan, or --soak).
+# Run the test suite: real RabbitMQ, real worker processes, real Spark, a real Docker engine.
+#
+#   scripts/test.sh              every test, in parallel (pytest-xdist): what CI runs; the
+#                                tests that take broker nodes down run apart, after the rest
+#   scripts/test.sh --quick      the edit-test tier: no cluster, private node, systemd, compose,
+#                                Docker, Spark, Connect, browser or slow test (tests/components.py)
+#   scripts/test.sh --serial     every test in this one process (what a debugger wants)
+#
+# Other arguments go to pytest (scripts/test.sh tests/dispatch -x -k orphan, --soak, --chaos,
+# -n 2 to choose the number of parallel workers, -m spark to pick a tier of your own).
+# The set-up (installs, the systemd container's root, the Docker engine and the compose
+# test's base images) is done before the tests and timed apart; each is a no-op once done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+quick=0
+serial=0
+args=()
+for arg in "$@"; do
+  case $arg in
+    --quick) quick=1 ;;
+    --serial) serial=1 ;;
+    *) args+=("$arg") ;;
+  esac
+done
+
+started=$SECONDS
 scripts/setup.sh
-# The systemd driver's tests boot a real systemd in a container: its tools and its root
-# (debootstrap, once, about two minutes) are made here rather than inside a test's time.
-scripts/ensure_systemd.sh build
-if [[ -x scripts/ensure_dockerd.sh ]]; then
+if (( ! quick )); then
+  # The systemd driver's tests boot a real systemd in a container: its tools and its root
+  # (debootstrap, once, about two minutes) are made here rather than inside a test's time;
+  # so are the compose test's base images (debootstrap and Debian's RabbitMQ, once).
+  scripts/ensure_systemd.sh build
   eval "export $(scripts/ensure_dockerd.sh | tail -n 1)"
+  scripts/build_base_image.sh >/dev/null
+  # deploy/compose's own images too: the compose test builds them again, from this cache
+  # (minutes on a new machine or after pyproject.toml changed, seconds otherwise).
+  source scripts/_quiet.sh
+  OSRDYNE_BASE_IMAGE=osrdyne-base:python3.11-bookworm OSRDYNE_BUILD_NETWORK=host \
+    quietly docker-compose -f deploy/compose/docker-compose.yml build --force-rm
 fi
-exec .venv/bin/python -m pytest "$@"
+echo "test.sh: set-up took $((SECONDS - started)) s" >&2
+
+pytest=(.venv/bin/python -m pytest)
+if (( quick )); then
+  exec "${pytest[@]}" -m "$(.venv/bin/python -c 'from tests.components import QUICK; print(QUICK)')" \
+    -n "${OSRDYNE_TEST_WORKERS:-4}" --dist loadgroup "${args[@]}"
+fi
+if (( serial )) || [[ " ${args[*]-} " == *" -n "* || " ${args[*]-} " == *" -m "* ]]; then
+  exec "${pytest[@]}" "${args[@]}"
+fi
+
+# Everything in parallel (most of the suite waits on the broker and on the processes it
+# starts: more workers than cores), but the tests that take broker nodes down: those run
+# apart, after, two at a time (the cluster's and the private node's), not beside the JVMs
+# of the Spark tests, which delayed a paused node's heartbeats past what the tests allow.
+faults=$(.venv/bin/python -c 'from tests.components import NODE_FAULTS; print(NODE_FAULTS)')
+phase() {  # pytest's exit status, where "no test selected" (5) is no failure
+  local status=0
+  "${pytest[@]}" "$@" || status=$?
+  (( status == 5 )) && status=0
+  return "$status"
+}
+status=0
+phase -m "not ($faults)" -n "${OSRDYNE_TEST_WORKERS:-4}" --dist loadgroup "${args[@]}" || status=$?
+echo "test.sh: now the tests that take broker nodes down ($faults)" >&2
+phase -m "$faults" -n 2 --dist loadgroup "${args[@]}" || status=$?
+exit "$status"

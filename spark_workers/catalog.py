@@ -79,6 +79,8 @@ class DatasetLocation:
     key: DatasetKey
     uri: str
     format: str
+    #: The version read: the key's, or the one the link `name` points at (None: unversioned).
+    version: str | None = None
 
 
 class Catalog:
@@ -94,6 +96,8 @@ class Catalog:
         self.root = root.rstrip("/") or "/"
         self.uri_template = uri_template
         self.format = fmt
+        #: The location each loaded key was read from (its version, its manifest).
+        self.loaded: dict[str, DatasetLocation] = {}
 
     @classmethod
     def from_settings(cls, settings: settings_mod.SparkWorkerSettings) -> Catalog:
@@ -123,13 +127,22 @@ class Catalog:
         root = os.path.abspath(root)
         candidates = [os.path.join(root, key.dataset)]
         candidates += [os.path.join(root, key.dataset + ext) for ext in _EXTENSIONS]
+        real_root = os.path.realpath(root)
         for path in candidates:
             path = os.path.normpath(path)
             if os.path.commonpath([root, path]) != root or path == root:
                 raise DatasetError(f"dataset key {key.dataset!r} escapes the dataset root")
             if os.path.exists(path):
-                fmt = self.format if self.format != "auto" else _detect_format(path)
-                return DatasetLocation(key, path, fmt)
+                # The link `name` (pipeline ingest) is followed once, here: the worker keeps
+                # reading the version it found even when the link moves on.
+                real = os.path.realpath(path)
+                if os.path.commonpath([real_root, real]) != real_root or real == real_root:
+                    raise DatasetError(f"dataset {key.dataset!r} links outside the dataset root")
+                fmt = self.format if self.format != "auto" else _detect_format(real)
+                version = key.version
+                if version is None and os.path.islink(path):
+                    version = os.path.basename(real).partition("@")[2] or None
+                return DatasetLocation(key, real, fmt, version)
         raise DatasetError(f"unknown dataset {key.dataset!r} (no such dataset under the root)")
 
     def load(self, spark: SparkSession, key: str) -> DataFrame:
@@ -138,6 +151,7 @@ class Catalog:
         from pyspark.sql import functions as F  # noqa: N812
 
         location = self.resolve(key)
+        self.loaded[key] = location
         reader = spark.read
         if location.format == "csv":
             reader = reader.option("header", "true").option("inferSchema", "true")

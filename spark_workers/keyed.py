@@ -1,14 +1,23 @@
 """Keyed Spark workers: a `worker_sdk.Worker` that holds one dataset in a long-lived session.
 
+One room over 500 lines on purpose: a keyed worker's life (start Spark, load, cache, serve,
+reload, lose its JVM or its server, end) is one state machine over one lock and one set of
+fields; its handlers' wrapper, its hooks and its endings read and change the same state.
+
 A data engineer declares how a key becomes a DataFrame and writes handlers; this module owns
 the rest. At startup (a `Worker.on_startup` hook, so `ready` is reported only once the data is
 in memory) it checks the key, builds the SparkSession, loads the DataFrame, caches it and
 registers it as the temp view `dataset`. Each handler runs in a handler thread inside a Spark
 job group cancelled at the request's deadline.
 
-A key that names no dataset (`DatasetError` from `validate` or `load`) does not crash the
-worker, which would only be restarted to fail again: it starts, reports ready, and answers
-every request with that error.
+A key that names no dataset (`DatasetError` from `validate` or `load`), or whose loader fails
+(a missing path, an unreadable file, a schema that does not match: anything the loader or the
+cache raises while the JVM lives), does not crash the worker, which would only be restarted
+to fail again: it starts, reports ready, and answers every request with that error
+(`worker_error`, reason `dataset`). A request that comes `reload_interval` seconds after the
+last attempt tries to load the dataset again first (one request at a time; the others are
+answered at once), so a dataset restored in place is served without an operator. A worker
+that cannot start Spark at all still ends (its start-up failure is reported, docs/protocol.md).
 
 A worker whose JVM is gone, on the other hand, cannot serve anything: when the JVM exits (an
 OutOfMemoryError ends it, see `session`; `System.exit`; a crash) or stops answering, the
@@ -50,6 +59,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -149,6 +159,11 @@ class SparkWorker:
         #: Requests being answered (`call`), and its condition.
         self._active = 0
         self._busy = threading.Condition()
+        #: The key, the session and the clock time of the last load that failed (to retry).
+        self._key: str | None = None
+        self._kept: SparkSession | None = None
+        self._failed_at: float | None = None
+        self._reloading = threading.Lock()
 
     @property
     def worker(self) -> Worker:
@@ -194,9 +209,12 @@ class SparkWorker:
     def start(self, key: str, *, spark: SparkSession | None = None) -> None:
         """Check the key, start Spark (unless given a session), load and cache the data.
 
-        A `DatasetError` is kept in `load_error` and answered to every request; anything
-        else propagates (the process dies and its driver restarts it).
+        A `DatasetError`, or any failure of the loader or the cache while Spark lives, is kept
+        in `load_error` and answered to every request (and tried again after
+        `reload_interval`); a failure to start Spark, or a lost JVM or server, propagates
+        (the process dies and its driver restarts it).
         """
+        self._key = key
         timings: dict[str, float] = {}
         try:
             if self._validate is not None:
@@ -212,40 +230,80 @@ class SparkWorker:
             df.createOrReplaceTempView(VIEW_NAME)
             timings["load_s"] = time.perf_counter() - t1
         except catalog.DatasetError as exc:
-            self.load_error = str(exc)
-            self.cached.set()
-            logger.error("key %r cannot be served: %s", key, exc)
+            self._cannot_serve(key, str(exc), spark)
             return
+        except Exception as exc:
+            if spark is None or _spark_lost(spark, exc):
+                raise
+            self._cannot_serve(key, _loader_error(exc), spark)
+            return
+        source = LoadedDataset(key=key, spark=spark, df=df, settings=self.settings, timings=timings)
+        background = self.settings.cache_in_background and connect.is_remote(spark)
+        if self.settings.cache and not background:
+            try:
+                source = self._cache(source)
+            except Exception as exc:  # an unreadable file shows when it is read
+                if _spark_lost(spark, exc):
+                    raise  # the process ends: its driver starts another
+                self._cannot_serve(key, _loader_error(exc), spark)
+                return
+        self._serve(source, background=self.settings.cache and background)
+
+    def _serve(self, source: LoadedDataset, *, background: bool) -> None:
+        """The dataset is loaded (and cached, unless in the `background`): watch the JVM and
+        answer requests (`data` is set last: a request that sees it finds the rest)."""
+        spark = source.spark
         self._runner = cancellation.Runner(
             spark, grace=self.settings.cancel_grace, on_overrun=self._overrun
         )
         self._watch = None if connect.is_remote(spark) else jvm.Watch.of(spark)
         if self._watch is not None:
             self._watch.subscribe(self._jvm_exited)
-        source = LoadedDataset(key=key, spark=spark, df=df, settings=self.settings, timings=timings)
-        if not self.settings.cache:
-            self.data = source
-            self.cached.set()
-        elif self.settings.cache_in_background and connect.is_remote(spark):
-            self.data = source  # answered from the source until the cache is complete
+        self.load_error, self._failed_at, self._kept = None, None, None
+        self.data = source  # from the source until a background cache is complete
+        if background:
             threading.Thread(
                 target=self._cache_in_background, args=(source,), name="dataset cache", daemon=True
             ).start()
         else:
-            try:
-                self._cache(source)  # a failure ends the process: its driver starts another
-            finally:
-                self.cached.set()
+            self.cached.set()
+        timings = source.timings
         logger.info(
             "dataset %r loaded: spark start %.2f s, load %.2f s%s",
-            key,
+            source.key,
             timings["spark_start_s"],
             timings["load_s"],
             ", caching in the background" if not self.cached.is_set() else "",
         )
 
-    def _cache(self, source: LoadedDataset) -> None:
-        """Read the dataset into memory, then serve from there: a new `LoadedDataset` (so
+    def _cannot_serve(self, key: str, error: str, spark: SparkSession | None) -> None:
+        """The key cannot be served now: every request is answered `error` until a request
+        `reload_interval` later loads it (`_reload`)."""
+        self.load_error = error
+        self._kept, self._failed_at = spark, time.monotonic()
+        self.cached.set()
+        logger.error("key %r cannot be served: %s", key, error)
+
+    def _reload(self) -> None:
+        """Load the dataset again if the last attempt failed `reload_interval` ago (by one
+        request at a time: the others are answered the last error at once)."""
+        failed_at, key = self._failed_at, self._key
+        if failed_at is None or key is None or self.data is not None:
+            return
+        if time.monotonic() - failed_at < self.settings.reload_interval:
+            return
+        if not self._reloading.acquire(blocking=False):
+            return
+        try:
+            if self.data is None and self._failed_at == failed_at:
+                logger.info("key %r: loading its dataset again", key)
+                self.cached.clear()
+                self.start(key, spark=self._kept)
+        finally:
+            self._reloading.release()
+
+    def _cache(self, source: LoadedDataset) -> LoadedDataset:
+        """Read the dataset into memory, to serve from there: a new `LoadedDataset` (so
         handler state such as planned queries starts afresh on the cached data)."""
         started = time.perf_counter()
         df = source.df
@@ -258,8 +316,8 @@ class SparkWorker:
             rows = df.count()
         df.createOrReplaceTempView(VIEW_NAME)
         timings = {**source.timings, "cache_s": time.perf_counter() - started}
-        self.data = dataclasses.replace(source, df=df, rows=rows, timings=timings, extras={})
         logger.info("dataset %r cached: %d rows in %.2f s", source.key, rows, timings["cache_s"])
+        return dataclasses.replace(source, df=df, rows=rows, timings=timings, extras={})
 
     def _cache_in_background(self, source: LoadedDataset) -> None:
         """`_cache` on a thread of its own, while requests are answered from the source
@@ -268,7 +326,7 @@ class SparkWorker:
             time.sleep(_CACHE_SETTLE)
             with self._busy:
                 self._busy.wait_for(lambda: self._active == 0, _CACHE_YIELD - _CACHE_SETTLE)
-            self._cache(source)
+            self.data = self._cache(source)
         except Exception as exc:
             self._cache_failed(source, exc)
         finally:
@@ -287,6 +345,8 @@ class SparkWorker:
     def call(self, fn: SparkHandler, request: Request) -> Any:
         """Run a handler on the loaded dataset, on a Spark thread in a job group; answered
         (`DeadlineExceeded`) at the request's deadline or `query_timeout`, whatever Spark does."""
+        if self.data is None:
+            self._reload()
         if self.data is None:
             raise HandlerError(
                 self.load_error or "the dataset is not loaded",
@@ -431,3 +491,23 @@ class SparkWorker:
             connect.release(self.data.spark)  # the session's views and data go with it
         else:
             self.data.spark.stop()
+
+
+#: Longest loader error answered to callers, in characters.
+_MAX_ERROR_CHARS = 500
+_CONTROL_RUNS = re.compile("[\x00-\x1f\x7f-\x9f]+")
+
+
+def _loader_error(exc: BaseException) -> str:
+    """What callers are told of a loader's failure: its type and message on one line, at
+    most `_MAX_ERROR_CHARS` (a Java stack trace, when py4j gives one, is cut)."""
+    message = _CONTROL_RUNS.sub(" ", str(exc)).strip()
+    error = f"cannot load the dataset: {type(exc).__name__}: {message}"
+    return error if len(error) <= _MAX_ERROR_CHARS else error[: _MAX_ERROR_CHARS - 1] + "…"
+
+
+def _spark_lost(spark: SparkSession, exc: BaseException) -> bool:
+    """Whether `exc` says Spark itself is gone (the JVM, or the Connect server)."""
+    if connect.is_remote(spark):
+        return connect.is_connection_error(exc)
+    return jvm.is_connection_error(exc)

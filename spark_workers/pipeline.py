@@ -12,15 +12,19 @@ benchmark or a demo sees the same data on every machine. `ingest` writes
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
+import pydantic
 import typer
 
-from spark_workers import catalog, session
+from spark_workers import appending, catalog, manifest, read_options, session, versions
+from spark_workers import checks as checks_mod
+from spark_workers import ingest as ingest_mod
 from spark_workers import settings as settings_mod
 
 if TYPE_CHECKING:
@@ -159,53 +163,202 @@ def generate(
 
 
 @app.command()
-def ingest(
-    src: Annotated[str, typer.Argument(help="Raw CSV/JSON file or directory.")],
+def ingest(  # noqa: C901 - one option per reader setting, checked in ReadOptions
+    src: Annotated[str, typer.Argument(help="Raw CSV, JSON lines or Parquet file or directory.")],
     dest_root: Annotated[str, typer.Argument(help="Dataset root the workers serve.")],
     name: Annotated[str, typer.Option(help="Dataset name (the worker key).")],
-    version: Annotated[str | None, typer.Option(help="Dataset version (key name@version).")] = None,
+    version: Annotated[
+        str | None, typer.Option(help="Version name (default: the time, UTC).")
+    ] = None,
     partition_by: Annotated[
         list[str] | None, typer.Option(help="Partition column (repeatable).")
     ] = None,
-    fmt: Annotated[str, typer.Option("--format", help="Raw format: auto, csv or json.")] = "auto",
+    fmt: Annotated[
+        str, typer.Option("--format", help="Raw format: auto, csv, json or parquet.")
+    ] = "auto",
+    schema: Annotated[
+        str | None, typer.Option(help="Column names and types as DDL: 'a INT, b DATE'.")
+    ] = None,
+    schema_file: Annotated[str | None, typer.Option(help="A file holding the DDL schema.")] = None,
+    null_value: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Missing-value marker of typed columns (repeatable; replaces "
+            "the default NA, N/A, NULL, null, \\N and empty)."
+        ),
+    ] = None,
+    text_null_value: Annotated[
+        list[str] | None,
+        typer.Option(help="Marker that is missing in text columns too (repeatable)."),
+    ] = None,
+    date_format: Annotated[str | None, typer.Option(help="Date pattern: dd/MM/yyyy.")] = None,
+    timestamp_format: Annotated[
+        str | None, typer.Option(help="Timestamp pattern: yyyy-MM-dd HH:mm:ss.")
+    ] = None,
+    delimiter: Annotated[str | None, typer.Option(help="CSV field delimiter (\\t: tab).")] = None,
+    quote: Annotated[str | None, typer.Option(help='CSV quote character (").')] = None,
+    escape: Annotated[
+        str | None, typer.Option(help='CSV escape character (" : doubled quotes).')
+    ] = None,
+    encoding: Annotated[str | None, typer.Option(help="Charset (UTF-8).")] = None,
+    multiline: Annotated[bool, typer.Option(help="Records may span lines.")] = False,
+    header: Annotated[bool | None, typer.Option(help="CSV: a header line (default).")] = None,
+    mode: Annotated[
+        str, typer.Option(help="Bad rows: permissive, dropmalformed or failfast.")
+    ] = "permissive",
+    max_bad_rows: Annotated[int, typer.Option(help="Most bad rows accepted.")] = 1000,
+    checks_file: Annotated[
+        str | None, typer.Option("--checks", help="JSON file of declared checks.")
+    ] = None,
+    promote: Annotated[
+        bool, typer.Option(help="Point NAME at the new version once published.")
+    ] = True,
     files: Annotated[int, typer.Option(min=1, help="Parquet files per partition.")] = 2,
+    append: Annotated[
+        bool,
+        typer.Option(
+            help="The new version holds the current version's rows and these (typed with its "
+            "schema)."
+        ),
+    ] = False,
+    dedup_on: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Column identifying a row (repeatable): the first row of each key is kept; "
+            "with --append, rows whose key the dataset holds are dropped."
+        ),
+    ] = None,
     master: Annotated[str, typer.Option(help="Spark master URL.")] = "local[*]",
 ) -> None:
-    """Read raw CSV/JSON, write it as a (partitioned) Parquet dataset."""
-    key = catalog.DatasetKey.parse(name if version is None else f"{name}@{version}")
-    if key.filters:
-        raise typer.BadParameter("a dataset name cannot contain '/'")
-    source_format = _source_format(src) if fmt == "auto" else fmt
-    target = os.path.join(dest_root, key.dataset)
-    progress = Progress(4)
+    """Read raw files, type and check them, publish a new dataset version (Parquet)."""
+    key = _dataset_key(name, version)
+    if catalog._local_path(dest_root) is None:
+        _fail(
+            "the dataset root must be a local or mounted directory (a version is published "
+            "by renaming it there)"
+        )
+    try:
+        if schema is not None and schema_file is not None:
+            raise read_options.ReadOptionsError("--schema or --schema-file, not both")
+        ddl = _read_schema_file(schema_file) if schema_file is not None else schema
+        values: dict[str, object] = {
+            "format": _source_format(src) if fmt == "auto" else fmt,
+            "schema_ddl": ddl,
+            "date_format": date_format,
+            "timestamp_format": timestamp_format,
+            "delimiter": delimiter,
+            "quote": quote,
+            "escape": escape,
+            "encoding": encoding,
+            "multiline": multiline,
+            "header": header,
+            "mode": mode,
+            "max_bad_rows": max_bad_rows,
+        }
+        if null_value is not None:
+            values["null_values"] = tuple(null_value)
+        if text_null_value is not None:
+            values["text_null_values"] = tuple(text_null_value)
+        options = read_options.ReadOptions.model_validate(values)
+        declared = checks_mod.Checks.load(checks_file) if checks_file is not None else None
+    except pydantic.ValidationError as exc:
+        _fail("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
+    except (read_options.ReadOptionsError, checks_mod.ChecksError) as exc:
+        _fail(str(exc))
+    request = ingest_mod.Request(
+        src=src,
+        root=dest_root,
+        name=key.name,
+        version=key.version or versions.new_version(),
+        options=options,
+        checks=declared,
+        partition_by=tuple(partition_by or ()),
+        files=files,
+        promote=promote,
+        append=append,
+        dedup_on=tuple(dedup_on or ()),
+    )
+    progress = Progress(2)
     with progress.stage("starting Spark") as info:
         spark, owned = _spark(master)
         info["version"] = spark.version
-    with progress.stage(f"reading {source_format} from {src}") as info:
-        reader = spark.read
-        if source_format == "csv":
-            reader = reader.option("header", "true").option("inferSchema", "true")
-        df = reader.format(source_format).load(src)
-        info["columns"] = len(df.columns)
-    with progress.stage(f"checking columns {partition_by or []}"):
-        for column in partition_by or []:
-            if column not in df.columns:
-                raise typer.BadParameter(f"no column {column!r} in {sorted(df.columns)}")
-    with progress.stage(f"writing parquet to {target}") as info:
-        out = df.repartition(files, *partition_by) if partition_by else df.repartition(files)
-        writer = out.write.mode("overwrite")
-        if partition_by:
-            writer = writer.partitionBy(*partition_by)
-        writer.parquet(target)
-        info["rows"] = spark.read.parquet(target).count()
-    typer.echo(f"dataset {key.dataset!r} ready under {dest_root}")
-    if owned:
-        spark.stop()
+    try:
+        with progress.stage(f"ingesting {options.format} from {src} as {request.dataset}") as info:
+            result = ingest_mod.run(spark, request, say=typer.echo)
+            info["rows"] = result.manifest["rows"]
+            info["bad rows"] = len(result.bad)
+    except (
+        ingest_mod.IngestError,
+        appending.AppendError,
+        read_options.ReadOptionsError,
+        checks_mod.ChecksError,
+        versions.VersionError,
+    ) as exc:
+        _fail(str(exc))
+    except Exception as exc:  # Spark's own failures (a file gone, a disk full...): one line
+        if not type(exc).__module__.startswith(("pyspark", "py4j")):
+            raise
+        lines = str(exc).strip().splitlines()
+        _fail(f"Spark failed, nothing published: {lines[0] if lines else type(exc).__name__}")
+    finally:
+        if owned:
+            spark.stop()
+    pointer = f", {request.name!r} points at it" if promote else ""
+    typer.echo(f"dataset {request.dataset!r} published under {dest_root}{pointer}")
+
+
+@app.command()
+def describe(
+    dest_root: Annotated[str, typer.Argument(help="Dataset root the workers serve.")],
+    key: Annotated[str, typer.Argument(help="NAME (its current version) or NAME@VERSION.")],
+    ddl: Annotated[bool, typer.Option(help="Print only the schema, as DDL.")] = False,
+) -> None:
+    """Print a dataset version's manifest (JSON): schema, rows, column statistics, source."""
+    try:
+        location = catalog.Catalog(dest_root, fmt="parquet").resolve(key)
+    except catalog.DatasetError as exc:
+        _fail(str(exc))
+    described = manifest.read(location.uri) if os.path.isdir(location.uri) else None
+    if described is None:
+        _fail(f"{location.key.dataset!r} has no manifest (not written by pipeline ingest)")
+    typer.echo(described["schema_ddl"] if ddl else json.dumps(described, indent=1))
+
+
+def _dataset_key(name: str, version: str | None) -> catalog.DatasetKey:
+    try:
+        key = catalog.DatasetKey.parse(name if version is None else f"{name}@{version}")
+    except catalog.DatasetError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    if key.filters or (version is None and key.version is not None):
+        raise typer.BadParameter("--name is a name, without '/' or '@' (see --version)")
+    return key
+
+
+def _read_schema_file(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as source:
+            text = source.read(read_options.MAX_SCHEMA_CHARS + 1)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise read_options.ReadOptionsError(f"cannot read the schema file: {exc}") from exc
+    return text.strip()
+
+
+def _fail(message: str) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(1)
 
 
 def _source_format(src: str) -> str:
+    """csv, json or parquet from the files' extensions (csv when none tells)."""
     detected = catalog._detect_format(src)
-    return detected if detected in ("csv", "json") else "csv"
+    if detected != "parquet":
+        return detected
+    if os.path.isfile(src):
+        return "parquet" if src.endswith(".parquet") else "csv"
+    for _dirpath, _dirnames, filenames in os.walk(src):
+        if any(f.endswith(".parquet") for f in filenames):
+            return "parquet"
+    return "csv"
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ Endpoints (`x-rpc-path`):
 
 - none or `query`: a query document (see `spark_workers.query`) answered with JSON rows, or
   an Arrow IPC stream with `"format": "arrow"`;
-- `schema`: the dataset's columns and types, and its row count;
+- `schema`: the dataset's columns and types, its row count, the version read and its
+  manifest (`spark_workers.manifest`) when `pipeline ingest` wrote it;
 - `count`: the number of rows matching an optional `{"where": [...]}`.
 
 Every failure a client can cause (bad JSON, a document over the size limits, unknown column,
@@ -19,10 +20,12 @@ through `text_guard` before the server receives anything.
 from __future__ import annotations
 
 import collections
+import functools
+import os
 import threading
 from typing import TYPE_CHECKING, Any
 
-from spark_workers import connect, keyed, query, results, sql_guard, text_guard
+from spark_workers import catalog, connect, keyed, manifest, query, results, sql_guard, text_guard
 from spark_workers import settings as settings_mod
 from worker_sdk import HandlerError, Request
 
@@ -114,10 +117,18 @@ def run_query(data: keyed.LoadedDataset, q: query.Query) -> Any:
     return results.to_json(table, truncated=truncated, max_bytes=s.max_result_bytes)
 
 
-def answer_schema(request: Request, data: keyed.LoadedDataset) -> dict[str, Any]:
-    """The dataset's schema and size."""
+def answer_schema(
+    request: Request, data: keyed.LoadedDataset, *, cat: catalog.Catalog | None = None
+) -> dict[str, Any]:
+    """The dataset's schema and size; the version read and its manifest when known."""
+    location = cat.loaded.get(data.key) if cat is not None else None
+    described = None
+    if location is not None and os.path.isdir(location.uri):
+        described = manifest.read(location.uri)
     return {
         "key": data.key,
+        "version": location.version if location is not None else None,
+        "manifest": described,
         "view": keyed.VIEW_NAME,
         "columns": [
             {"name": f.name, "type": f.dataType.simpleString(), "nullable": f.nullable}
@@ -143,10 +154,12 @@ def answer_count(request: Request, data: keyed.LoadedDataset) -> dict[str, int]:
 
 def create_app(settings: settings_mod.SparkWorkerSettings | None = None) -> keyed.SparkWorker:
     """The query worker, reading its dataset through the catalog of `settings`."""
-    app = keyed.SparkWorker(settings=settings)
+    settings = settings if settings is not None else settings_mod.SparkWorkerSettings()
+    cat = catalog.Catalog.from_settings(settings)
+    app = keyed.SparkWorker(load=cat.load, validate=cat.resolve, settings=settings)
     app.handler()(answer_query)
     app.handler("query")(answer_query)
-    app.handler("schema")(answer_schema)
+    app.handler("schema")(functools.partial(answer_schema, cat=cat))
     app.handler("count")(answer_count)
     return app
 

@@ -78,6 +78,13 @@ class SparkWorkerSettings(BaseSettings):
         description="Format of the datasets; `auto` looks at file extensions (local roots) "
         "and falls back to Parquet.",
     )
+    reload_interval: float = Field(
+        default=30.0,
+        gt=0,
+        description="Seconds after a dataset that could not be loaded (the loader raised: a "
+        "missing path, an unreadable file, a schema that does not match) before a request "
+        "makes the worker try again; meanwhile every request is answered with the reason.",
+    )
     cache: bool = Field(default=True, description="Cache the dataset in memory once loaded.")
     cache_in_background: bool = Field(
         default=True,

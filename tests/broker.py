@@ -1,13 +1,17 @@
 """Test helpers around the real broker: where it is, what a pool has on it (request queues,
-bindings), and removing a test pool's objects."""
+bindings, consumers), its workers' activity reports, and removing a test pool's objects."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import urllib.parse
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+import aio_pika
+import aio_pika.abc
 import httpx
 
 AMQP_URL = os.environ.get("RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
@@ -146,3 +150,42 @@ class RawText(str):
 
     def encode(self, *_: object, **__: object) -> bytes:  # type: ignore[override]
         return self.raw
+
+
+class ActivityReports:
+    """The activity reports of a pool's workers, heard beside its controller, and the
+    consumers of its request queues (a passive declare: no management API, no lag)."""
+
+    def __init__(
+        self, pool: str, channel: aio_pika.abc.AbstractChannel, queue: aio_pika.abc.AbstractQueue
+    ) -> None:
+        from osrdyne.wire import PoolNames
+
+        self.names = PoolNames(pool)
+        self._channel = channel
+        self._queue = queue
+
+    async def read(self) -> list[Mapping[str, Any]]:
+        """The headers of the reports that arrived since the last read."""
+        found = []
+        while (report := await self._queue.get(no_ack=True, fail=False)) is not None:
+            found.append(report.headers or {})
+        return found
+
+    async def consumers(self, key: str) -> int:
+        queue = await self._channel.declare_queue(self.names.request_queue(key), passive=True)
+        return int(queue.declaration_result.consumer_count or 0)
+
+
+@contextlib.asynccontextmanager
+async def activity_reports(pool: str) -> AsyncIterator[ActivityReports]:
+    """Hear `pool`'s activity reports from now on (an exclusive queue bound to its activity
+    exchange, gone with the connection); the controller must have declared the exchange."""
+    from osrdyne.wire import PoolNames
+
+    connection = await aio_pika.connect(AMQP_URL, client_properties={"connection_name": pool})
+    async with connection:
+        channel = await connection.channel()
+        queue = await channel.declare_queue(exclusive=True)
+        await queue.bind(PoolNames(pool).activity_exchange)
+        yield ActivityReports(pool, channel, queue)

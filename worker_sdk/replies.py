@@ -90,7 +90,10 @@ class Replier:
         if reply_to.startswith(DIRECT_REPLY_TO):
             await publish(self._fast)
         else:
-            await self._confirmed.publish(publish)
+            # Refused while the reply queue elects a leader: published again, the same reply
+            # (its correlation id), until the caller's deadline.
+            deadline = wire.deadline_from_header((message.headers or {}).get(Header.DEADLINE))
+            await self._confirmed.publish(publish, deadline=deadline)
 
 
 def traceback_tail(exc: BaseException) -> list[str]:

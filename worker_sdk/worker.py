@@ -60,6 +60,7 @@ _BROKER_GONE = (aio_pika.exceptions.AMQPError, ConnectionError, RuntimeError)
 Handler = Callable[[request.Request], Any]
 Hook = Callable[["Worker"], Any]
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 
 class Worker:
@@ -186,22 +187,14 @@ class Worker:
                 key=s.key,
                 worker_id=s.id,
                 interval=s.activity_interval,
+                concurrency=s.concurrency,
             )
             self._reporter = reporter
-            # `started` is on its way while the startup hooks run and the consumer attaches
-            # (its confirm is not on the first request's path); `ready` is published only
-            # once it is confirmed, so the controller always hears them in that order.
-            started = asyncio.create_task(self._announce(Event.STARTED), name="announce-started")
-            logger.info("worker %s started for key %r of pool %r", s.id, s.key, s.pool)
-            loading = asyncio.create_task(reporter.loading(), name="activity-loading")
-            try:
-                for hook in self._startup:
-                    await self._call(hook, self)
-                queue, tag = await self._consume(connection, channel)
-            finally:
-                loading.cancel()
-                await started
-            await self._announce(Event.READY)
+            consuming = await self._start(connection, channel, reporter, stop)
+            if consuming is None:
+                logger.info("stopped while starting: no request taken")
+                return
+            queue, tag = consuming
             heartbeat = asyncio.create_task(reporter.run(), name="activity-heartbeat")
             guard = asyncio.create_task(self._watchdog.run(), name="watchdog")
             await _first_of(stop, self._abort)
@@ -287,12 +280,70 @@ class Worker:
         logger.info("standby worker %s takes key %r", s.id, s.key)
         return True
 
+    async def _start(
+        self,
+        connection: aio_pika.abc.AbstractRobustConnection,
+        channel: aio_pika.abc.AbstractChannel,
+        reporter: activity.ActivityReporter,
+        stop: asyncio.Event,
+    ) -> tuple[aio_pika.abc.AbstractQueue, str] | None:
+        """Announce `started`, run the start-up hooks, announce `ready` and consume the
+        request queue: the queue and consumer tag, or None when stopped while starting. A
+        start-up that fails is reported (`start-failed`, with its reason) before its exception
+        ends the process: its driver starts another, and callers hear why (docs/protocol.md).
+        """
+        s = self.settings
+        # `started` is on its way while the startup hooks run and the consumer attaches
+        # (its confirm is not on the first request's path); `ready` is published only
+        # once it is confirmed, so the controller always hears them in that order.
+        started = asyncio.create_task(self._announce(Event.STARTED), name="announce-started")
+        logger.info("worker %s started for key %r of pool %r", s.id, s.key, s.pool)
+        loading = asyncio.create_task(reporter.loading(), name="activity-loading")
+        announced = False
+
+        async def ready() -> None:
+            # Confirmed before the consumer attaches: a request that kills this worker comes
+            # after the controller could hear it served, and its exit is a crash, not a
+            # failed start (docs/protocol.md).
+            nonlocal announced
+            if not announced:
+                announced = True
+                loading.cancel()
+                await started
+                await self._announce(Event.READY)
+
+        try:
+            # A stop while starting (a group stopped as its dataset loads) ends the start:
+            # no request was taken yet, nothing to drain.
+            return await _unless_set(stop, self._start_up(connection, channel, ready))
+        except Exception as exc:
+            loading.cancel()
+            await started
+            await self._announce(Event.START_FAILED, reason=start_failure_reason(exc))
+            raise
+        finally:
+            loading.cancel()
+            await started
+
+    async def _start_up(
+        self,
+        connection: aio_pika.abc.AbstractRobustConnection,
+        channel: aio_pika.abc.AbstractChannel,
+        ready: Callable[[], Awaitable[None]],
+    ) -> tuple[aio_pika.abc.AbstractQueue, str]:
+        """Run the start-up hooks, then consume the request queue (`ready` once it exists)."""
+        for hook in self._startup:
+            await self._call(hook, self)
+        return await self._consume(connection, channel, ready)
+
     async def _consume(
         self,
         connection: aio_pika.abc.AbstractRobustConnection,
         channel: aio_pika.abc.AbstractChannel,
+        ready: Callable[[], Awaitable[None]],
     ) -> tuple[aio_pika.abc.AbstractQueue, str]:
-        """Consume the request queue once the controller has created it.
+        """Consume the request queue once the controller has created it; `ready` is awaited
+        once it exists, before the consumer attaches.
 
         Retried with back-off: the queue may not exist yet (a failed passive declare closes
         its channel, so existence is checked on a spare one), and RabbitMQ before 4.1 drops
@@ -317,14 +368,15 @@ class Worker:
             # Declared (passively) on the robust channel, so its consumer is restored after
             # a reconnect; a queue obtained by name only would silently stop being consumed.
             queue = await channel.declare_queue(name, passive=True)
+            await ready()
             return queue, await queue.consume(self._on_message)
 
         return await attempt()
 
-    async def _announce(self, event: Event) -> None:
-        """Publish `started` or `ready`, retried a few seconds while the connection comes
-        back; a report that cannot be sent is logged, never fatal (the controller learns the
-        group is alive from its next report)."""
+    async def _announce(self, event: Event, *, reason: str | None = None) -> None:
+        """Publish `started`, `ready` or `start-failed`, retried a few seconds while the
+        connection comes back; a report that cannot be sent is logged, never fatal (the
+        controller learns the group is alive from its next report, or counts the exit)."""
         assert self._reporter is not None
         try:
             async for attempt in tenacity.AsyncRetrying(
@@ -334,7 +386,7 @@ class Worker:
                 reraise=True,
             ):
                 with attempt:
-                    await self._reporter.emit(event)
+                    await self._reporter.emit(event, reason=reason)
         except _BROKER_GONE as exc:
             logger.warning("could not report %r to the controller: %s", event.value, exc)
 
@@ -531,6 +583,29 @@ class Worker:
         """Sends this worker's replies (set once its channels are open)."""
         assert self._replier is not None
         return self._replier
+
+
+async def _unless_set(stop: asyncio.Event, work: Awaitable[T]) -> T | None:
+    """The result of `work`, or None when `stop` is set first (`work` is cancelled then)."""
+    task = asyncio.ensure_future(work)
+    stopped = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait([task, stopped], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.wait([task])
+    return None if task.cancelled() else task.result()
+
+
+def start_failure_reason(exc: BaseException) -> str:
+    """What a worker reports of the exception that ended its start-up: its type and message
+    on one line, masked and bounded (`wire.clean_reason`: no URL password, no `secret=...`,
+    no control character, at most `wire.MAX_REASON_CHARS`)."""
+    name = type(exc).__name__
+    message = str(exc).strip()
+    return wire.clean_reason(f"{name}: {message}" if message else name) or name
 
 
 async def _first_of(*events: asyncio.Event) -> None:

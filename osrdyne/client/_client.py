@@ -8,17 +8,24 @@ the first that answers and moves to the next when its node is lost.
 
 Many calls share one connection and one channel consuming RabbitMQ's direct reply-to: each
 call has a correlation id mapped to a future, removed when the call ends. A request the broker
-refuses (a negative confirm) is published once more on a fresh channel, which takes every new
-call from then on (`wire.RenewingChannel`: after a queue leader moved, a channel can go on
-refusing what a fresh one takes); calls waiting on the old channel get their replies there,
-and it is closed when the last of them ends. Requests are
+refuses (a negative confirm, its channel closed by the broker) is published again, the same
+message, on a fresh channel, which takes every new call from then on (`wire.RenewingChannel`:
+after a queue leader moved, a channel can go on refusing what a fresh one takes), and again
+after a growing pause until the call's deadline (a queue electing its leader refuses for a
+second or so); calls waiting on the old channel get their replies there, and it is closed when
+the last of them ends. Requests are
 published with `mandatory` and publisher confirms; each carries its deadline (`x-deadline`)
 and an `expiration`, so a request nobody picks up in time dies as `expired` and is answered,
 and a worker that picks up a request whose caller gave up skips it. A reply arriving after
 its call timed out is dropped and counted (`late_replies`). Direct reply-to is at most once:
-if the connection drops, every pending call fails with `ConnectionLost`. With `reply_queue`,
-answers go to a named durable queue instead: they wait there while the connection is down
-and reach their calls once it is back (docs/protocol.md says when to use which).
+if the connection drops, the answers of the calls waiting on it are gone. Such a call is
+published again (`resend`, on by default), the same message (same request and correlation
+ids), once the connection is back and while its deadline allows, and waits for the answer to
+that one: a node lost under a call costs time, not the call, and its request may be handled
+twice (at least once, as a redelivery; docs/protocol.md). A call that already had an interim
+answer, a `stream()`, and every call with `resend=False` fail with `ConnectionLost` instead.
+With `reply_queue`, answers go to a named durable queue: they wait there while the connection
+is down and reach their calls once it is back (docs/protocol.md says when to use which).
 """
 
 from __future__ import annotations
@@ -46,6 +53,9 @@ from osrdyne.ops import tracing
 from osrdyne.wire import DIRECT_REPLY_TO, Header, PoolNames
 
 Body = bytes | str | dict[str, Any] | list[Any] | None
+
+#: Pause before a request whose publish met a lost connection is published again, seconds.
+_RESEND_PAUSE = 0.1
 
 
 def encode(body: Body) -> tuple[bytes, str | None]:
@@ -114,6 +124,11 @@ class _Call:
         self._wake()
 
     @property
+    def deadline(self) -> float:
+        """When the caller gives up (`time.monotonic()`)."""
+        return self._deadline
+
+    @property
     def time_left(self) -> float:
         return self._deadline - time.monotonic()
 
@@ -162,6 +177,7 @@ class Client:
         reply_queue: str | None = None,
         reply_queue_expires: float = 86400.0,
         max_body: int = 128 * 1024 * 1024,
+        resend: bool = True,
     ) -> None:
         #: The broker's nodes: the first that answers is used; a lost node, the next one.
         self.urls = wire.split_urls(url)
@@ -176,8 +192,14 @@ class Client:
         self.reply_queue_expires = reply_queue_expires
         #: Largest request body accepted (RabbitMQ refuses messages over its max_message_size).
         self.max_body = max_body
+        #: Publish again, within its deadline, a call whose direct reply was lost with its
+        #: connection (the module's docstring).
+        self.resend = resend
+        #: Calls published again after their connection was lost under them.
+        self.resends = 0
         #: Replies that arrived after their call had ended (timed out or cancelled).
         self.late_replies = 0
+        self._closing = False
         self._connection: aio_pika.abc.AbstractRobustConnection | None = None
         #: The channel requests are published on (and direct replies consumed on).
         self._channel: wire.RenewingChannel | None = None
@@ -200,6 +222,7 @@ class Client:
         await self.close()
 
     async def connect(self) -> None:
+        self._closing = False  # a client closed and connected again resends again
         connection = await wire.connect_robust(self.urls, name=self.name)
         self._connection = connection
         self._connection.close_callbacks.add(self._on_close)
@@ -225,6 +248,7 @@ class Client:
             await durable.consume(self._on_durable_reply)
 
     async def close(self) -> None:
+        self._closing = True
         self._fail_all(exceptions.ConnectionLost("client closed"))
         if self._channel is not None:
             await self._channel.close()
@@ -236,6 +260,11 @@ class Client:
     def channel_renewals(self) -> int:
         """Channels replaced after the broker refused a request on them."""
         return self._channel.renewals if self._channel is not None else 0
+
+    @property
+    def publish_retries(self) -> int:
+        """Requests published again after the broker refused them for a reason that passes."""
+        return self._channel.retries if self._channel is not None else 0
 
     # -- calls ----------------------------------------------------------------------------
 
@@ -256,11 +285,24 @@ class Client:
         when no final answer arrives within `timeout` seconds.
         """
         async with self._new_call(pool, key, timeout, path) as call:
-            await self._send(call, body, headers)
+            await self._send_resending(call, body, headers)
+            interims = 0
             while True:
-                response = await call.next()
+                try:
+                    response = await call.next()
+                except exceptions.ConnectionLost:
+                    if not self._may_resend(call) or interims:
+                        raise
+                    # Its direct reply was lost with the connection: the same request again,
+                    # once the connection is back (`_publish` waits for it), within the
+                    # deadline.
+                    call.error = None
+                    self.resends += 1
+                    await self._send_resending(call, body, headers)
+                    continue
                 if not response.interim:
                     return response
+                interims += 1
                 if on_progress is not None:
                     on_progress(response)
 
@@ -276,17 +318,48 @@ class Client:
     ) -> AsyncGenerator[Response, None]:
         """Send a request; yield its interim messages, then its final response."""
         async with self._new_call(pool, key, timeout, path) as call:
-            await self._send(call, body, headers)
+            await self._send_in_time(call, body, headers)
             while True:
                 response = await call.next()
                 yield response
                 if not response.interim:
                     return
 
+    def _may_resend(self, call: _Call) -> bool:
+        return self.resend and not self._closing and call.time_left > 0 and not call.answered
+
+    async def _send_resending(
+        self, call: _Call, body: Body, headers: dict[str, Any] | None
+    ) -> None:
+        """`_send_in_time`, published again when the connection is lost under the publish
+        (`resend`), after a short pause, within the deadline."""
+        while True:
+            try:
+                await self._send_in_time(call, body, headers)
+                return
+            except exceptions.ConnectionLost:
+                if not self._may_resend(call):
+                    raise
+                call.error = None
+                await asyncio.sleep(min(_RESEND_PAUSE, max(0.0, call.time_left)))
+
     def _new_call(self, pool: str, key: str, timeout: float, path: str | None) -> _Call:
         if self._channel is None:
             raise exceptions.ClientError("client is not connected: use `async with Client()`")
         return _Call(self._calls, pool, key, timeout, path, self._channel.release)
+
+    async def _send_in_time(self, call: _Call, body: Body, headers: dict[str, Any] | None) -> None:
+        """`_send` within the call's deadline: a publish waiting for a connection, a channel
+        or a confirm (a node lost under it) ends the call with `RequestTimeout` at its
+        deadline, like a call whose answer never comes."""
+        try:
+            async with asyncio.timeout(max(0.0, call.time_left)):
+                await self._send(call, body, headers)
+        except TimeoutError:
+            raise exceptions.RequestTimeout(
+                f"request to pool {call.pool!r} key {call.key!r} not published within "
+                f"{call.timeout}s"
+            ) from None
 
     async def _send(self, call: _Call, body: Body, headers: dict[str, Any] | None) -> None:
         """Publish the request of `call` (confirmed when `confirm`)."""
@@ -318,27 +391,38 @@ class Client:
     async def _publish(
         self, call: _Call, data: bytes, properties: aiormq.spec.Basic.Properties
     ) -> None:
-        """Publish on the current channel, held by `call` until it ends; refused, once more
-        on a fresh channel while the call's deadline allows."""
+        """Publish on the current channel, held by `call` until it ends. A refusal that
+        passes (a negative confirm, the channel closed by the broker) is published again,
+        the same message, on a fresh channel after a growing pause, until the call's deadline
+        (`wire.RenewingChannel.retrying`); then the last refusal is raised."""
         assert self._connection is not None and self._channel is not None
         if not self._connection.connected.is_set():
-            # Fail now rather than wait, outside the call's timeout, for the reconnection.
-            raise exceptions.ConnectionLost(
-                f"cannot publish to pool {call.pool!r}: the connection to the broker is down "
-                "(reconnecting)"
-            )
-        call.channel = await self._channel.acquire()
-        try:
-            await self._publish_on(call.channel, call.pool, call.key, data, properties)
-        except exceptions.RequestRefused:
-            if call.time_left <= 0:
-                raise
-            fresh = await self._channel.renew(call.channel)
-            if fresh is None:
-                raise
-            self._channel.release(call.channel)
-            call.channel = await self._channel.acquire()
-            await self._publish_on(call.channel, call.pool, call.key, data, properties)
+            # Reconnecting (its node was lost): the call waits for it, within its deadline.
+            try:
+                async with asyncio.timeout(max(0.0, call.time_left)):
+                    await self._connection.connected.wait()
+            except TimeoutError:
+                raise exceptions.RequestTimeout(
+                    f"request to pool {call.pool!r} key {call.key!r} not published within "
+                    f"{call.timeout}s: the connection to the broker was down until the call's "
+                    "deadline (reconnecting)"
+                ) from None
+        async for attempt in self._channel.retrying(call.deadline):
+            with attempt:
+                if call.answered:
+                    return  # a refused try was taken after all, and answered
+                if call.channel is not None:
+                    # The last try's channel: refused, or closed by the broker (which failed
+                    # the call: it is sent again, so it waits again).
+                    self._channel.release(call.channel)
+                    call.channel = None
+                    call.error = None
+                call.channel = await self._channel.acquire()
+                try:
+                    await self._publish_on(call.channel, call.pool, call.key, data, properties)
+                except exceptions.RequestRefused:
+                    await self._channel.renew(call.channel)
+                    raise
 
     async def _publish_on(
         self,
@@ -349,11 +433,12 @@ class Client:
         properties: aiormq.spec.Basic.Properties,
     ) -> None:
         try:
-            exchange = await self._exchange(pool)
-            channel = await on.get_underlay_channel()
-            result = await channel.basic_publish(
-                data, exchange=exchange, routing_key=key, properties=properties, mandatory=True
-            )
+            with wire.lost_not_cancelled(f"request to pool {pool!r}"):
+                exchange = await self._exchange(pool)
+                channel = await on.get_underlay_channel()
+                result = await channel.basic_publish(
+                    data, exchange=exchange, routing_key=key, properties=properties, mandatory=True
+                )
         except (
             aio_pika.exceptions.ChannelInvalidStateError,
             aio_pika.exceptions.AMQPConnectionError,
@@ -376,6 +461,14 @@ class Client:
             raise exceptions.RequestTooLarge(
                 f"the broker refused a body of {len(data)} bytes (set max_body to the "
                 f"broker's max_message_size): {exc}"
+            ) from exc
+        except aiormq.exceptions.ChannelClosed as exc:
+            if not wire.is_transient(exc):
+                raise
+            # Closed by the broker for a reason that is not the message's (a queue leader
+            # lost under the publish): tried again while the deadline allows.
+            raise exceptions.ConnectionLost(
+                f"the broker closed the channel of a request for pool {pool!r}: {exc}"
             ) from exc
         if isinstance(result, aiormq.abc.DeliveredMessage):
             # Returned unroutable: the request exchange routes everything unbound to the

@@ -25,6 +25,7 @@ from osrdyne.controller._settings import (
     GroupSettings,
     LogSettings,
     QueueSettings,
+    ScalingSettings,
     Settings,
 )
 from osrdyne.controller._status import (
@@ -39,6 +40,7 @@ from osrdyne.controller._status import (
     Leader,
     NodeReport,
     Role,
+    ScalingReport,
     StatusDocument,
 )
 from osrdyne.controller._tracker import GroupStatus
@@ -67,6 +69,8 @@ __all__ = [
     "QueueSettings",
     "Refusal",
     "Role",
+    "ScalingReport",
+    "ScalingSettings",
     "Session",
     "Settings",
     "StatusDocument",

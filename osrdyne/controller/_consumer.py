@@ -73,16 +73,27 @@ class QueueConsumer:
         self._committing: set[asyncio.Future[Any]] = set()
         self._queue: aio_pika.abc.AbstractQueue | None = None
         self._tag: str | None = None
+        #: Set by `stop()`: a message delivered after it (the broker had not taken the
+        #: consumer's cancel yet) is left unacked, redelivered once the channel closes,
+        #: instead of starting a handler nobody would wait for.
+        self._stopping = False
         self._failures: collections.OrderedDict[str, int] = collections.OrderedDict()
 
     async def handle(self, message: aio_pika.abc.AbstractIncomingMessage) -> None:
         raise NotImplementedError
 
-    async def publish(self, send: Callable[[aio_pika.abc.AbstractChannel], Awaitable[T]]) -> T:
-        """`send(channel)` on the publisher (refused once: again on a fresh channel)."""
+    async def publish(
+        self,
+        send: Callable[[aio_pika.abc.AbstractChannel], Awaitable[T]],
+        *,
+        deadline: float | None = None,
+    ) -> T:
+        """`send(channel)` on the publisher: a refusal that passes is published again on a
+        fresh channel, then after growing pauses, until `deadline` (`time.monotonic()`; None:
+        the publisher's default), and then raised (`wire.RenewingChannel.publish`)."""
         if self.publisher is None:
             return await send(self.channel)
-        return await self.publisher.publish(send)
+        return await self.publisher.publish(send, deadline=deadline)
 
     async def commit(self, steps: Awaitable[T]) -> T:
         """Run `steps` (a publish, then the ack of the message it carries on) to their end even
@@ -100,6 +111,8 @@ class QueueConsumer:
         self._tag = await self._queue.consume(self._on_message)
 
     async def _on_message(self, message: aio_pika.abc.AbstractIncomingMessage) -> None:
+        if self._stopping:
+            return
         task = asyncio.create_task(self._guard(message), name=f"{self.queue_name} message")
         self._in_flight.add(task)
         task.add_done_callback(self._in_flight.discard)
@@ -195,6 +208,7 @@ class QueueConsumer:
         """Cancel the consumer, give in-flight messages `grace` seconds, cancel the rest, then
         give the publish-then-ack steps already under way (`commit`) `grace` more; at most
         about three times `grace` in all, even when the broker does not answer."""
+        self._stopping = True
         if self._queue is not None and self._tag is not None and not self.channel.is_closed:
             try:
                 async with asyncio.timeout(grace):

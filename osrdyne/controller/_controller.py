@@ -15,13 +15,9 @@ its workers there).
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import os
-import re
 import socket
-import time
-from collections.abc import Callable, Mapping
 from typing import Any
 
 import aio_pika
@@ -29,34 +25,23 @@ import aio_pika.abc
 import httpx
 
 from drivers import registry
-from drivers.base import Describes, Driver, PoolContext, Standby, WorkerInfo
+from drivers.base import Driver, PoolContext, Standby
 from osrdyne import wire
-from osrdyne.controller import _aiotasks, _leadership, _session, _topology
+from osrdyne.controller import _aiotasks, _gauges, _leadership, _reporting, _session, _topology
 from osrdyne.controller._history import KeyHistory
 from osrdyne.controller._management import ManagementApi
-from osrdyne.controller._session import Session
 from osrdyne.controller._settings import Settings
 from osrdyne.controller._status import (
-    Generations,
     GroupQuery,
-    GroupReport,
-    GroupSort,
-    GroupState,
-    Health,
     Leader,
-    NodeReport,
     Role,
-    SortValue,
     StatusDocument,
 )
-from osrdyne.controller._tracker import GroupStatus
 from osrdyne.ops import logs
 from osrdyne.ops.metrics import ControllerMetrics, FastPathEstimate
 from osrdyne.wire import PoolNames
 
 logger = logging.getLogger(__name__)
-#: The state `/status` shows for each expected status (a lookup: it runs for every group).
-_STATE_OF = {status: GroupState(status.value) for status in GroupStatus}
 
 
 class NotLeader(RuntimeError):
@@ -69,6 +54,11 @@ class NotLeader(RuntimeError):
 
 class ComponentDied(RuntimeError):
     """A background component of the session ended: the session restarts from scratch."""
+
+
+class LeaseExpired(ConnectionError):
+    """The leader heard nothing from its node for its lease: it stopped acting, and the
+    session ends (the next one starts at the next address)."""
 
 
 #: Connection failures that end a session and are followed by a new one.
@@ -103,8 +93,6 @@ class Controller:
         self.last_error: str | None = None
         #: What happened to each key lately (the console's timelines); outlives sessions.
         self.history = KeyHistory()
-        #: What the broker-node gauges were last set from (listing, limits reading).
-        self._nodes_gauged: tuple[int, float] | None = None
         #: Base URL of this controller's HTTP API, shown to other controllers of the pool.
         self.api_url: str | None = None
         #: `host:port` of the broker node the session is on (None between sessions).
@@ -113,6 +101,8 @@ class Controller:
         self._first_node = 0
         self._stopping = asyncio.Event()
         self._became_leader = asyncio.Event()
+        self._reporter = _reporting.StatusReporter(self)
+        self._gauges = _gauges.Gauges(self)
 
     # -- public ---------------------------------------------------------------------------
 
@@ -130,6 +120,18 @@ class Controller:
         if session is None:
             raise NotLeader(self.role)
         return session
+
+    async def report(self, query: GroupQuery | None = None) -> StatusDocument:
+        """The status document, from memory, a page of its groups (`_reporting`)."""
+        return await self._reporter.report(query)
+
+    def status(self) -> StatusDocument:
+        """What this controller knows, every group included, without I/O (`_reporting`)."""
+        return self._reporter.status()
+
+    async def request_queues(self, *, columns: str) -> dict[str, dict[str, Any]]:
+        """The pool's request queues as the management API reports them, by key."""
+        return await self._reporter.request_queues(columns=columns)
 
     async def find_leader(self) -> Leader | None:
         """Who leads the pool, as the broker says (None: unknown yet, or nobody)."""
@@ -157,12 +159,22 @@ class Controller:
                         self.settings.pool,
                         self.last_error,
                     )
+                if self._stopping.is_set():
+                    break
                 self._set_role(Role.CONNECTING)
-                if not self._stopping.is_set():
-                    # Back off between failed sessions; a good session resets the delay.
-                    delay = min(10.0, 0.5 * 2 ** min(failures, 5)) if failures else 0.5
-                    await _sleep_unless(self._stopping, delay)
+                # Back off between failed sessions; a good session resets the delay.
+                delay = min(10.0, 0.5 * 2 ** min(failures, 5)) if failures else 0.5
+                await _sleep_unless(self._stopping, delay)
         finally:
+            # No session any more: the role is `connecting` again, as between sessions, but the
+            # line logged says what the controller does: it stops.
+            self.role = Role.CONNECTING
+            self.metrics.leader.set(0)
+            logger.info(
+                "controller of pool %r: stopped after %d sessions; closing its driver and API",
+                self.settings.pool,
+                self.sessions,
+            )
             await self.driver.close()
             await self.api.close()
 
@@ -223,8 +235,20 @@ class Controller:
             acquiring = asyncio.create_task(_leadership.acquire(connection, self.names))
             if not await _first(acquiring, self._stopping, lost):
                 return
+            channel, contended = acquiring.result()
+            lease = _lease_seconds(url, s.amqp.heartbeat)
+            if contended and lease:
+                # The leader before us may still act until its lease runs out (fencing).
+                logger.info(
+                    "pool %r: waiting out the previous leader's lease (%.0f s) before acting",
+                    s.pool,
+                    lease,
+                )
+                waited = asyncio.create_task(asyncio.sleep(lease))
+                if not await _first(waited, self._stopping, lost):
+                    return
             self._set_role(Role.LEADER)
-            await self._lead(connection, lost)
+            await self._lead_within(_leadership.Lease(channel, self.names, lease), connection, lost)
         finally:
             # The broker dropped us if the connection closed before we closed it; said only
             # when nothing else ended the session (else that is the cause to report).
@@ -233,6 +257,34 @@ class Controller:
             await _close(connection, timeout=min(5.0, s.amqp.stop_grace / 4))
         if dropped and not self._stopping.is_set():
             raise ConnectionError("connection to the broker lost")
+
+    async def _lead_within(
+        self,
+        lease: _leadership.Lease,
+        connection: aio_pika.abc.AbstractConnection,
+        lost: asyncio.Event,
+    ) -> None:
+        """Lead while the lease holds (start-up included): when it runs out, the role is
+        `connecting` at once and leading is cancelled (its own clean-up runs)."""
+        if not lease.seconds:
+            await self._lead(connection, lost)
+            return
+        leading = asyncio.create_task(self._lead(connection, lost), name="leading")
+        keeping = asyncio.create_task(lease.keep(), name="leader's lease")
+        try:
+            await asyncio.wait({leading, keeping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            keeping.cancel()
+            if not leading.done():
+                self._set_role(Role.CONNECTING)
+                leading.cancel()
+            await asyncio.gather(leading, keeping, return_exceptions=True)
+        if not leading.cancelled():
+            leading.result()  # its own failure, if any
+        elif keeping.done() and not keeping.cancelled():
+            raise LeaseExpired(
+                f"no answer from the broker within the lease ({lease.seconds:.0f} s): stepped down"
+            )
 
     async def _lead(self, connection: aio_pika.abc.AbstractConnection, lost: asyncio.Event) -> None:
         s = self.settings
@@ -250,7 +302,7 @@ class Controller:
             await session.broker_limits.read()
             # The fast-path estimate counts from here: read the exchange before taking work.
             fast_path = FastPathEstimate(self.metrics)
-            await self._read_exchange_stats(fast_path)
+            await self._gauges.read_exchange_stats(fast_path)
         died = asyncio.Event()
         tasks = [
             _aiotasks.guarded(session.tracker.run(), name="pool state tracker", on_death=died),
@@ -258,9 +310,14 @@ class Controller:
                 session.queue_loop.run(session.adopted), name="request-queue loop", on_death=died
             ),
             _aiotasks.guarded(session.group_loop.run(), name="worker-group loop", on_death=died),
-            _aiotasks.guarded(self._watch_gauges(fast_path), name="gauges", on_death=died),
+            _aiotasks.guarded(self._gauges.run(fast_path), name="gauges", on_death=died),
             _aiotasks.guarded(session.broker_limits.run(), name="broker limits", on_death=died),
+            _aiotasks.guarded(session.failing.run(), name="failing groups", on_death=died),
         ]
+        if session.scaler is not None:
+            tasks.append(
+                _aiotasks.guarded(session.scaler.run(), name="group scaler", on_death=died)
+            )
         self.session = session
         if isinstance(self.driver, Standby):
             self.driver.attach(session.assign)
@@ -290,329 +347,15 @@ class Controller:
                     self.driver.attach(None)
                 await _aiotasks.stop_all(tasks)
 
-    async def _watch_gauges(self, fast_path: FastPathEstimate) -> None:
-        ticks = 0
-        while True:
-            await asyncio.sleep(1.0)
-            ticks += 1
-            if ticks % 5 == 0:  # the broker refreshes its statistics every 5 s by default
-                await self._read_exchange_stats(fast_path)
-            session = self.session
-            if session is None:
-                continue
-            tracker = session.tracker
-            counts = collections.Counter(tracker.state.value.groups.values())
-            for state in GroupStatus:
-                self.metrics.groups.labels(state.value).set(counts[state])
-            generation = tracker.generation
-            self.metrics.generation_lag.labels("queues").set(
-                generation - session.queue_loop.reached.value.generation
-            )
-            self.metrics.generation_lag.labels("groups").set(
-                generation - session.group_loop.reached.value
-            )
-            self._limit_gauges(session)
-            if isinstance(self.driver, Standby):
-                self.metrics.standby_workers.set(len(self.driver.standby_workers()))
-
-    def _limit_gauges(self, session: Session) -> None:
-        """The caps on new keys and the broker's limits, as gauges."""
-        admission = session.admission.report()
-        m = self.metrics
-        for name, value in (
-            ("max_groups", admission.max_groups),
-            ("driver_capacity", admission.driver_capacity),
-            ("broker_room", admission.broker_room),
-        ):
-            if value is not None:
-                m.admission_limit.labels(name).set(value)
-        figures = session.broker_limits.figures
-        if figures is None:
-            return
-        for resource, used, limit in (
-            ("fd", figures.fd_used, figures.fd_total),
-            ("processes", figures.proc_used, figures.proc_total),
-            ("memory", figures.mem_used, figures.mem_limit),
-            ("queues", figures.queues, None),
-        ):
-            if used is not None:
-                m.broker_used.labels(resource).set(used)
-            if limit is not None:
-                m.broker_limit.labels(resource).set(limit)
-        m.broker_alarm.labels("memory").set(1 if figures.mem_alarm else 0)
-        m.broker_alarm.labels("disk").set(1 if figures.disk_alarm else 0)
-        listing = session.queue_loop.listing
-        reading = (id(listing), figures.time)
-        if reading == self._nodes_gauged:
-            return  # nothing new since the last pass (the listing can hold 10,000 queues)
-        self._nodes_gauged = reading
-        for node in _node_reports(session, listing):
-            for figure, value in (
-                ("running", int(node.running)),
-                ("partitions", len(node.partitions)),
-                ("pool_connections", node.pool_connections),
-                ("queue_leaders", node.queue_leaders),
-                ("members_missing", node.members_missing),
-            ):
-                if value is not None:
-                    m.broker_node.labels(node.name, figure).set(value)
-
-    async def _read_exchange_stats(self, fast_path: FastPathEstimate) -> None:
-        try:
-            # Bounded: the management API retries for longer, and leading must not wait on it.
-            async with asyncio.timeout(10):
-                exchange = await self.api.exchange(self.names.request_exchange)
-        except (httpx.HTTPError, OSError, TimeoutError) as exc:
-            logger.debug("cannot read the request exchange's statistics: %s", exc)
-            return
-        if exchange is None:
-            return
-        # No `message_stats` yet: nothing was ever published to the exchange.
-        published = (exchange.get("message_stats") or {}).get("publish_in", 0)
-        if isinstance(published, int | float):
-            fast_path.observe(float(published))
-
     def _set_role(self, role: Role) -> None:
         if role != self.role:
             logger.info("controller of pool %r: %s", self.settings.pool, role.value)
         self.role = role
         self.metrics.leader.set(1 if role is Role.LEADER else 0)
 
-    # -- status ---------------------------------------------------------------------------
-
-    async def report(self, query: GroupQuery | None = None) -> StatusDocument:
-        """The status document, from memory: this controller's view and the queue figures of
-        the request-queue loop's last listing (their time in `queues_read_at`). Only a
-        standby asks the broker something: who leads. `query` picks a page of the groups:
-        keys are filtered and sorted first, and only the page's groups are reported."""
-        doc = self._summary()
-        if doc.role is Role.STANDBY:
-            try:
-                doc.leader = await self.find_leader()
-            except Exception as exc:  # status must answer even when the broker does not
-                logger.debug("cannot tell who leads: %s", logs.redact(str(exc)))
-        session = self.session
-        listing = session.queue_loop.listing if session is not None else None
-        if listing is None:
-            doc.queues_error = (
-                "no listing of the request queues yet"
-                if session is not None
-                else "queue figures are read by the leader's control loop"
-            )
-        else:
-            doc.queues_read_at = listing.read_at
-        if session is None:
-            return doc
-        doc.broker_nodes = _node_reports(session, listing)
-        states = self._group_states(session)
-        counts = collections.Counter(state.value for state in states.values())
-        doc.group_counts = dict(sorted(counts.items()))
-        figures = listing.figures if listing is not None else {}
-        workers = self._describe_workers()
-        now = time.time()
-        value, health = self._group_facts(session, states, figures, workers, now)
-        doc.groups_stalled = sum(1 for key in states if health(key) is Health.STALLED)
-        page, doc.groups_matching = (query or GroupQuery()).select(
-            states, value=value, health=health
-        )
-        doc.page = page
-        for key in page:
-            group = self._group_report(session, key, states[key], workers)
-            queue = figures.get(key)
-            if queue is not None:
-                group.messages = int(queue.get("messages") or 0)
-                group.messages_ready = int(queue.get("messages_ready") or 0)
-                group.messages_unacknowledged = int(queue.get("messages_unacknowledged") or 0)
-                group.consumers = int(queue.get("consumers") or 0)
-                # Only classic queues report their head message's timestamp (seconds); quorum
-                # queues (RabbitMQ 3.10) do not, so the age is unknown: None.
-                head = queue.get("head_message_timestamp")
-                if isinstance(head, int | float):
-                    group.oldest_message_age = max(0.0, now - head)
-                group.health = health(key)
-            doc.groups[key] = group
-        return doc
-
-    def _group_facts(
-        self,
-        session: Session,
-        states: Mapping[str, GroupState],
-        figures: Mapping[str, Mapping[str, Any]],
-        workers: Mapping[str, Any] | None,
-        now: float,
-    ) -> tuple[Callable[[GroupSort, str], SortValue], Callable[[str], Health | None]]:
-        """A group's value for each sort, and its health, from lookups alone (no report
-        built): what `/status` filters and sorts every group on before it builds a page."""
-        reached, group_loop = session.queue_loop.reached.value, session.group_loop
-        last_seen = session.activity.last_seen
-
-        def figure(key: str, name: str) -> int | None:
-            queue = figures.get(key)
-            return None if queue is None else int(queue.get(name) or 0)
-
-        def restarts(key: str) -> int | None:
-            return None if workers is None else sum(w.restarts for w in workers.get(key, ()))
-
-        values: dict[GroupSort, Callable[[str], SortValue]] = {
-            GroupSort.KEY: lambda key: key,
-            GroupSort.STATE: lambda key: states[key].value,
-            GroupSort.SINCE: self.history.since,
-            GroupSort.WORKERS: lambda key: None if workers is None else len(workers.get(key, ())),
-            GroupSort.RESTARTS: restarts,
-            GroupSort.MESSAGES: lambda key: figure(key, "messages"),
-            GroupSort.READY: lambda key: figure(key, "messages_ready"),
-            GroupSort.UNACKED: lambda key: figure(key, "messages_unacknowledged"),
-            GroupSort.CONSUMERS: lambda key: figure(key, "consumers"),
-            GroupSort.ACTIVITY: last_seen.get,
-            GroupSort.COLD_START: self.history.cold_start,
-            GroupSort.ERROR: lambda key: reached.errors.get(key) or group_loop.errors.get(key),
-        }
-
-        def value(sort: GroupSort, key: str) -> SortValue:
-            return values[sort](key)
-
-        def health(key: str) -> Health | None:
-            """Stalled: work delivered and unanswered, and no worker report for
-            `stall_after` (workers report while they work; a wedged one stops, and its own
-            activity never keeps it looking alive); None when the queue's figures are
-            unknown."""
-            unacked = figure(key, "messages_unacknowledged")
-            if unacked is None:
-                return None
-            seen = last_seen.get(key)
-            quiet = now - seen if seen is not None else float("inf")
-            stalled = unacked and quiet > self.settings.groups.stall_after
-            return Health.STALLED if stalled else Health.OK
-
-        return value, health
-
-    async def request_queues(self, *, columns: str) -> dict[str, dict[str, Any]]:
-        """The pool's request queues as the management API reports them, by key."""
-        queues = await self.api.queues(
-            name_regex="^" + re.escape(self.names.request_queue_prefix),
-            columns=f"{columns},arguments",  # hashed names are read back from their argument
-        )
-        by_key: dict[str, dict[str, Any]] = {}
-        for queue in queues:
-            key = self.names.key_of_queue(queue["name"], queue.get("arguments"))
-            if key is not None:
-                by_key[key] = queue
-        return by_key
-
-    def status(self) -> StatusDocument:
-        """What this controller knows, every group included, without asking the broker (no
-        I/O; `report()` adds the queue figures and pages the groups)."""
-        doc = self._summary()
-        session = self.session
-        if session is None:
-            return doc
-        workers = self._describe_workers()
-        for key, state in self._group_states(session).items():
-            doc.groups[key] = self._group_report(session, key, state, workers)
-        return doc
-
-    def _summary(self) -> StatusDocument:
-        """The document without its groups."""
-        doc = StatusDocument(
-            pool=self.settings.pool,
-            instance=self.instance,
-            role=self.role,
-            sessions=self.sessions,
-            last_error=self.last_error,
-            broker_node=self.broker_node,
-            driver=self.settings.driver.kind,
-            time=time.time(),
-        )
-        session = self.session
-        if session is None:
-            return doc
-        doc.generations = Generations(
-            tracker=session.tracker.generation,
-            queues=session.queue_loop.reached.value.generation,
-            groups=session.group_loop.reached.value,
-        )
-        doc.broker = session.admission.broker_report()
-        doc.admission = session.admission.report()
-        if isinstance(self.driver, Standby):
-            doc.standby_workers = [_worker(w) for w in self.driver.standby_workers()]
-            doc.admission.standby = len(doc.standby_workers)
-        return doc
-
-    @staticmethod
-    def _group_states(session: Session) -> dict[str, GroupState]:
-        """Every group the controller knows of (wanted, with a queue, or running), sorted by
-        key, and its state (one no longer wanted is stopping)."""
-        expected = session.tracker.state.value.groups
-        actual = session.queue_loop.reached.value.actual
-        keys = set(expected) | set(actual) | session.group_loop.running
-        return {
-            key: _STATE_OF[expected[key]] if key in expected else GroupState.STOPPING
-            for key in sorted(keys)
-        }
-
-    def _group_report(
-        self,
-        session: Session,
-        key: str,
-        state: GroupState,
-        workers: Mapping[str, Any] | None,
-    ) -> GroupReport:
-        reached, group_loop = session.queue_loop.reached.value, session.group_loop
-        group = GroupReport(
-            state=state,
-            queue=reached.actual.get(key),
-            running=key in group_loop.running,
-            error=reached.errors.get(key) or group_loop.errors.get(key),
-            last_activity=session.activity.last_seen.get(key),
-            since=self.history.since(key),
-            cold_start=self.history.cold_start(key),
-        )
-        if workers is not None:
-            group.workers = list(workers.get(key, ()))
-            group.restarts = sum(w.restarts for w in group.workers)
-        return group
-
-    def _describe_workers(self) -> Mapping[str, Any] | None:
-        """Per-worker details from drivers that can give them (`Describes`), else None."""
-        if not isinstance(self.driver, Describes):
-            return None
-        try:
-            described: Mapping[str, Any] = self.driver.describe()
-        except Exception:  # status must answer even when a driver cannot describe itself
-            logger.exception("driver describe() failed")
-            return None
-        return {key: [_worker(w) for w in infos] for key, infos in described.items()}
-
 
 #: Longest wait for the management API when a standby's status asks who leads.
 _FIGURES_TIMEOUT = 5.0
-
-
-def _node_reports(session: Session, listing: _topology.RequestQueues | None) -> list[NodeReport]:
-    """Each broker node from the last limits reading, with the pool's request queues led
-    from it and those missing a member there (from the queue loop's last listing)."""
-    figures = session.broker_limits.figures
-    reports = {
-        n.name: NodeReport(
-            name=n.name,
-            running=n.running,
-            partitions=list(n.partitions),
-            mem_alarm=n.mem_alarm,
-            disk_alarm=n.disk_alarm,
-            pool_connections=n.pool_connections,
-        )
-        for n in (figures.nodes if figures is not None else ())
-    }
-    leaders, missing = listing.placement() if listing is not None else ({}, {})
-    for node, count in leaders.items():
-        reports.setdefault(node, NodeReport(name=node, running=False)).queue_leaders = count
-    for node, count in missing.items():
-        reports.setdefault(node, NodeReport(name=node, running=False)).members_missing = count
-    return sorted(reports.values(), key=lambda r: r.name)
-
-
-def _worker(info: Any) -> WorkerInfo:
-    return info if isinstance(info, WorkerInfo) else WorkerInfo(**info)
 
 
 def _make_driver(settings: Settings) -> Driver:
@@ -652,6 +395,17 @@ async def _sleep_unless(event: asyncio.Event, delay: float) -> None:
             await event.wait()
     except TimeoutError:
         pass
+
+
+def _lease_seconds(url: Any, heartbeat: int) -> float:
+    """The leader's lease, in seconds: `LEASE_HEARTBEATS` of the connection's heartbeat (its
+    URL's own, else the setting's); 0 (no lease) when heartbeats are off."""
+    value = url.query.get("heartbeat") if url is not None else None
+    try:
+        seconds = float(value) if value is not None else float(heartbeat)
+    except ValueError:
+        seconds = float(heartbeat)
+    return _leadership.LEASE_HEARTBEATS * seconds
 
 
 async def _first(*waitables: asyncio.Task[Any] | asyncio.Event) -> bool:

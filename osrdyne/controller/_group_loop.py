@@ -2,7 +2,10 @@
 
 Each pass lists the groups the driver runs, stops those no longer expected, starts the missing
 ones, upgrades the outdated ones a driver reports (`drivers.base.Upgrades`), and publishes the
-generation it reached. A failed call is logged and tried again on a
+generation it reached. A driver that cannot list its groups (`drivers.base.Unlisted`, e.g.
+noop) is taken at its word for what it did: the loop's own record of the groups it started
+and has not stopped stands for its listing, so each group is started once, not on every pass.
+A failed call is logged and tried again on a
 later pass, never in a tight loop: drivers are idempotent, so converging again is always safe.
 Starts, stops and new failures are noted in the keys' history.
 """
@@ -87,11 +90,14 @@ class WorkerGroupLoop:
             pass
 
     async def _converge(self, expected: set[str]) -> bool:
-        listed = await self._call("list", None, self._driver.list)
-        if not isinstance(listed, set):
-            return False
-        running: set[str] = listed
         driver = self._driver
+        if isinstance(driver, base.Unlisted) and driver.cannot_list():
+            running = set(self.running)
+        else:
+            listed = await self._call("list", None, driver.list)
+            if not isinstance(listed, set):
+                return False
+            running = listed
         outdated = driver.outdated() if isinstance(driver, base.Upgrades) else set()
         plan = _reconcile.plan_groups(expected, running, outdated)
         stopped = await asyncio.gather(*(self._bounded("stop", k, driver.stop) for k in plan.stop))

@@ -47,6 +47,10 @@ class EventKind(enum.StrEnum):
     WORKER_STARTED = "worker_started"
     WORKER_READY = "worker_ready"
     FIRST_READY = "first_ready"
+    #: Its workers kept failing to start: its requests are answered `start_failed` (the
+    #: detail says why); `serving_again` when a worker serves (or the group goes).
+    FAILING = "failing"
+    SERVING_AGAIN = "serving_again"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -119,8 +119,12 @@ class OrphanProcessor(QueueConsumer):
             exchange = await channel.get_exchange(self._names.request_exchange, ensure=False)
             await exchange.publish(copy, routing_key=key, mandatory=True)
 
+        # Refused while the key's queue elects a leader: published again, the same message
+        # (its request id), until the caller's deadline.
+        deadline = wire.deadline_from_header((message.headers or {}).get(wire.Header.DEADLINE))
+
         async def forward_and_ack() -> None:
-            await self.publish(forward)
+            await self.publish(forward, deadline=deadline)
             await message.ack()
 
         await self.commit(forward_and_ack())

@@ -21,17 +21,19 @@ import aio_pika
 import aio_pika.abc
 import aio_pika.exceptions
 
-from drivers.base import Assign, Capacity, Driver
+from drivers.base import Assign, Capacity, Driver, Sizes
 from osrdyne import wire
-from osrdyne.controller import _topology
+from osrdyne.controller import _scaling, _topology
 from osrdyne.controller._activity import ActivityProcessor
 from osrdyne.controller._admission import Admission, GroupCount
 from osrdyne.controller._broker_events import BrokerEvents
 from osrdyne.controller._broker_limits import BrokerLimits
 from osrdyne.controller._consumer import QueueConsumer
 from osrdyne.controller._dead_letters import DeadLetterResponder
+from osrdyne.controller._failing import FailingGroups
 from osrdyne.controller._gate import Gate, KeyRefused
 from osrdyne.controller._group_loop import WorkerGroupLoop
+from osrdyne.controller._group_scaler import GroupScaler
 from osrdyne.controller._history import EventKind, KeyHistory
 from osrdyne.controller._management import ManagementApi
 from osrdyne.controller._orphans import OrphanProcessor
@@ -71,6 +73,10 @@ class Session:
     events: BrokerEvents
     #: Gives a key to a standby worker (for a driver that keeps them, `drivers.base.Standby`).
     assign: Assign
+    #: The groups whose workers keep failing to start, answered for at once.
+    failing: FailingGroups
+    #: Sizes the groups (None: `scaling.max_workers` unset, or a driver that cannot size).
+    scaler: GroupScaler | None = None
 
     def warm(self, key: str, *, by: str) -> int:
         """Require the group of `key` as its first orphan would, without a request; return
@@ -166,6 +172,41 @@ async def build(
         connection, name=f"osrdyne {names.pool} publisher", on_return_raises=True
     )
 
+    failing = FailingGroups(
+        connection=connection,
+        names=names,
+        publisher=publisher,
+        tracker=tracker,
+        driver=driver,
+        queue_exists=lambda key: key in queue_loop.reached.value.actual,
+        metrics=metrics,
+        threshold=s.groups.failing_after,
+        window=s.groups.failing_window,
+        history=history,
+    )
+    scaler = None
+    c = s.scaling
+    if c.max_workers is not None and not isinstance(driver, Sizes):
+        logger.warning(
+            "scaling.max_workers is set but the %s driver cannot size groups: ignored",
+            s.driver.kind,
+        )
+    if isinstance(driver, Sizes) and c.max_workers is not None:
+        scaler = GroupScaler(
+            driver=driver,
+            tracker=tracker,
+            names=names,
+            channel=lambda: _open_channel(connection),
+            policy=_scaling.Policy(
+                min_workers=c.min_workers,
+                max_workers=c.max_workers,
+                scale_in_window=c.scale_in_window,
+                target_busy=c.target_busy,
+                drain_seconds=c.drain_seconds,
+            ),
+            interval=c.interval,
+            metrics=metrics,
+        )
     activity = ActivityProcessor(
         await confirm_channel(),
         names=names,
@@ -174,6 +215,8 @@ async def build(
         cold_starts=cold_starts,
         fold=s.groups.activity_fold,
         history=history,
+        failing=failing,
+        on_report=scaler.report if scaler is not None else None,
     )
     orphans = OrphanProcessor(
         await confirm_channel(),
@@ -228,4 +271,12 @@ async def build(
         consumers=(dead_letters, activity, orphans),
         events=BrokerEvents(connection, names=names, vhost=api.vhost, queue_loop=queue_loop),
         assign=assign,
+        failing=failing,
+        scaler=scaler,
     )
+
+
+async def _open_channel(
+    connection: aio_pika.abc.AbstractConnection,
+) -> aio_pika.abc.AbstractChannel:
+    return await connection.channel()

@@ -1,5 +1,9 @@
 """Controller settings: a TOML file plus environment overrides, grouped by concern.
 
+One room over 500 lines on purpose: every section of the configuration is one model, read
+and checked together (cross-section checks), and docs/configuration.md is generated from it
+in the order it is written here.
+
 Sources, strongest first: keyword arguments, environment (`OSRDYNE_<FIELD>`, nested with
 `__`, e.g. `OSRDYNE_GROUPS__UNBIND_DELAY=60`), the TOML file, defaults. Every option is
 documented in docs/configuration.md.
@@ -78,7 +82,10 @@ class AmqpSettings(BaseModel):
         le=600,
         description="AMQP heartbeat of the controller's connection, in seconds (0: none), "
         "unless a URL names its own (`?heartbeat=`): a node that stops answering (paused, "
-        "cut off) is left for the next address after 3 x (heartbeat + 1) seconds. Put "
+        "cut off) is left for the next address after 3 x (heartbeat + 1) seconds. It is "
+        "also the leader's lease: a leader that hears nothing from its node for 1.5 "
+        "heartbeats stops acting, and a new leader waits as long before it acts; keep it "
+        "below 0.4 x the nodes' `net_ticktime` (docs/operations.md, Partitions). Put "
         "`?heartbeat=N` in the URLs to set it for the workers too.",
     )
     connect_timeout: float = Field(default=10.0, description="Seconds per connection attempt.")
@@ -219,6 +226,78 @@ class GroupSettings(BaseModel):
         "report for this many seconds, shows as `stalled` in `/status` (workers report "
         "while they work).",
     )
+    failing_after: int = Field(
+        default=2,
+        ge=1,
+        description="Failed worker starts within `failing_window` that make a group failing: "
+        "a worker's `start-failed` report, or the exit of a worker that never served. A "
+        "failing group's requests (those waiting and each new one) are answered at once "
+        "with `x-status: start_failed` and the last reason, while the driver keeps "
+        "restarting its workers with its back-off; the first worker that serves ends it.",
+    )
+    failing_window: float = Field(
+        default=120.0,
+        gt=0,
+        description="Seconds within which `failing_after` failed starts make a group failing.",
+    )
+
+
+class ScalingSettings(BaseModel):
+    """The group scaler: how many workers each group runs (docs/drivers.md, "Group sizing").
+
+    Only for a driver that sizes groups (subprocess, docker, systemd, kubernetes without
+    KEDA/HPA); KEDA and HPA keep their own scaler, noop sizes nothing."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_workers: int | None = Field(
+        default=None,
+        ge=1,
+        description="Most workers of one group. None (the default): no scaler, every group "
+        "runs the driver's fixed `workers`. 8 suits an echo-like worker (a 50 ms handler, "
+        "concurrency 1); a Spark worker holds a JVM and its cache: keep it within what the "
+        "machine holds (`memory_per_worker`).",
+    )
+    min_workers: int = Field(
+        default=1,
+        ge=1,
+        description="Fewest workers of a running group; a new group starts with them.",
+    )
+    scale_in_window: float = Field(
+        default=60.0,
+        ge=0,
+        description="Seconds a lower need must hold before a group shrinks to it (the "
+        "highest need of the window is kept, as the HPA's scale-down stabilisation window). "
+        "Growing is never delayed.",
+    )
+    target_busy: float = Field(
+        default=0.8,
+        gt=0,
+        le=1,
+        description="Share of its time a worker should be busy at the arrival rate: the "
+        "headroom left for a burst.",
+    )
+    drain_seconds: float = Field(
+        default=2.0,
+        gt=0,
+        description="Seconds a group should take to drain its backlog, on top of serving its "
+        "arrivals: a smaller value grows a group harder on a backlog.",
+    )
+    interval: float = Field(
+        default=1.0,
+        gt=0,
+        description="Seconds between two readings of a busy group's backlog; a worker's "
+        "report of new work wakes the scaler at once.",
+    )
+
+    @model_validator(mode="after")
+    def _bounds(self) -> ScalingSettings:
+        if self.max_workers is not None and self.min_workers > self.max_workers:
+            raise ValueError(
+                f"scaling.min_workers ({self.min_workers}) is above scaling.max_workers "
+                f"({self.max_workers})"
+            )
+        return self
 
 
 class BrokerLimitSettings(BaseModel):
@@ -431,6 +510,7 @@ class Settings(BaseSettings):
     )
     amqp: AmqpSettings = Field(default_factory=AmqpSettings)
     groups: GroupSettings = Field(default_factory=GroupSettings)
+    scaling: ScalingSettings = Field(default_factory=ScalingSettings)
     queues: QueueSettings = Field(default_factory=QueueSettings)
     broker: BrokerLimitSettings = Field(default_factory=BrokerLimitSettings)
     driver: DriverSettings = Field(default_factory=DriverSettings)

@@ -46,6 +46,9 @@ class Health(enum.StrEnum):
     #: Requests are delivered to its workers, unanswered, and none of them has reported
     #: activity for `groups.stall_after` seconds: its workers hang (see the worker watchdog).
     STALLED = "stalled"
+    #: Its workers keep failing to start (`groups.failing_after` within `failing_window`):
+    #: its requests are answered `start_failed` at once until a worker serves.
+    FAILING = "failing"
 
 
 class _Model(pydantic.BaseModel):
@@ -67,6 +70,26 @@ class Leader(_Model):
     instance: str
     #: Base URL of its HTTP API, when it advertised one (`api.advertise_url`).
     api: str | None = None
+
+
+class ScalingReport(_Model):
+    """What the group scaler knows and decided of one group (None where not measured yet)."""
+
+    #: Workers the scaler wants the group to run.
+    desired: int
+    #: Workers the driver runs for it now.
+    current: int
+    #: Why it has that size (`osrdyne.controller._scaling.Reason`).
+    reason: str
+    #: Ready messages at the last reading.
+    backlog: int | None = None
+    #: Requests per second arriving, and one busy worker's answers per second.
+    arrival_rate: float | None = None
+    service_rate: float | None = None
+    #: Share of the workers' capacity busy, 0..1.
+    busy: float | None = None
+    #: The group needs more workers than the caps let it have.
+    saturated: bool = False
 
 
 class GroupReport(_Model):
@@ -97,8 +120,15 @@ class GroupReport(_Model):
     consumers: int | None = None
     #: Seconds since the oldest waiting request was published (classic queues only).
     oldest_message_age: float | None = None
-    #: None when the queue's figures are unknown.
+    #: None when the queue's figures are unknown (`failing` whatever they are).
     health: Health | None = None
+    #: Its workers keep failing to start: why (the last reason a worker reported, or its
+    #: exit status), since when (epoch seconds), and the failed starts counted since then.
+    failing_reason: str | None = None
+    failing_since: float | None = None
+    failed_starts: int | None = None
+    #: The group scaler's view of the group (None: no scaler, or not decided yet).
+    scaling: ScalingReport | None = None
 
 
 class BrokerReport(_Model):
@@ -194,6 +224,8 @@ class StatusDocument(_Model):
     groups_matching: int = 0
     #: Groups whose health is `stalled`, all of them (whatever page `groups` is).
     groups_stalled: int = 0
+    #: Groups whose health is `failing`, all of them (whatever page `groups` is).
+    groups_failing: int = 0
     #: Why the queue figures are missing (a standby, or before the first listing).
     queues_error: str | None = None
     #: Epoch seconds of the listing the queue figures come from (the request-queue loop's

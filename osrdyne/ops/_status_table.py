@@ -3,8 +3,10 @@
 It fits the terminal, 80 columns included: every column but the key's is short and never
 wrapped, the key wraps onto as many lines as it needs (a key is never cut: two keys differing
 only at their end must stay apart), and each group's last error goes on a line of its own
-under the table. The age of the oldest waiting request only shows when the broker reports it
-(classic queues; RabbitMQ 3.10 does not for quorum queues); `--json` has every field.
+under the table, as does the reason of a failing group (its state reads `active failing`:
+its workers keep failing to start). The age of the oldest waiting request only shows when
+the broker reports it (classic queues; RabbitMQ 3.10 does not for quorum queues); `--json`
+has every field.
 """
 
 from __future__ import annotations
@@ -46,9 +48,15 @@ def _last_exit(group: GroupReport) -> str:
 
 
 def _workers(group: GroupReport) -> str:
-    if group.workers is None:
-        return "yes" if group.running else "no"
-    return str(len(group.workers))
+    """The workers, `3>8` while the group scaler grows it to 8, `!` when it is saturated."""
+    text = ("yes" if group.running else "no") if group.workers is None else str(len(group.workers))
+    scaling = group.scaling
+    if scaling is not None:
+        if scaling.desired != scaling.current:
+            text += f">{scaling.desired}"
+        if scaling.saturated:
+            text += "!"
+    return text
 
 
 def title(doc: StatusDocument) -> str:
@@ -131,9 +139,10 @@ def render(doc: StatusDocument) -> Any:
     table.add_column("activity", no_wrap=True, justify="right")
     notes: list[Text] = []
     for key, group in doc.groups.items():
-        row = [
+        failing = group.failing_reason is not None
+        row: list[Text | str] = [
             Text(key),
-            group.state.value,
+            f"{group.state.value} failing" if failing else group.state.value,
             _workers(group),
             _figure(group.restarts),
             _last_exit(group),
@@ -146,6 +155,17 @@ def render(doc: StatusDocument) -> Any:
             row.append("-" if age is None else f"{age:.0f}s")
         row.append(_ago(group.last_activity, doc.time))
         table.add_row(*row)
+        if group.failing_reason is not None:
+            since = _ago(group.failing_since, doc.time)
+            notes.append(
+                Text.assemble(
+                    (key, "bold"),
+                    f": failing for {since} ({group.failed_starts} failed starts), answered "
+                    "start_failed: ",
+                    group.failing_reason,
+                    overflow="fold",
+                )
+            )
         if group.error:
             notes.append(Text.assemble((key, "bold"), ": ", group.error, overflow="fold"))
     parts: list[Any] = [table, *notes, *limits(doc)]
@@ -153,6 +173,8 @@ def render(doc: StatusDocument) -> Any:
         shown = f"{len(doc.groups)} of {doc.groups_matching} groups shown"
         counts = ", ".join(f"{n} {state}" for state, n in doc.group_counts.items())
         parts.insert(1, Text(f"{shown} ({counts})", overflow="fold"))
+    if doc.groups_failing and doc.groups_matching > len(doc.groups):
+        parts.append(Text(f"{doc.groups_failing} group(s) failing", overflow="fold"))
     if doc.queues_error:
         parts.append(Text(f"queue figures unavailable: {doc.queues_error}", overflow="fold"))
     if doc.last_error:

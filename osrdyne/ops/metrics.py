@@ -90,6 +90,24 @@ class ControllerMetrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        self.group_workers = Gauge(
+            "osrdyne_group_workers",
+            "Workers of the pool's scaled groups, summed: `desired` by the group scaler, "
+            "`current` run by the driver.",
+            ["state"],
+            registry=r,
+        )
+        self.scaling_decisions = Counter(
+            "osrdyne_scaling_decisions_total",
+            "Group resizes the group scaler decided, by reason.",
+            ["reason"],
+            registry=r,
+        )
+        self.scaling_saturated = Gauge(
+            "osrdyne_scaling_saturated_groups",
+            "Groups that need more workers than their maximum or the driver's capacity allows.",
+            registry=r,
+        )
         self.groups = Gauge(
             "osrdyne_worker_groups", "Expected worker groups, by state.", ["state"], registry=r
         )
@@ -167,6 +185,26 @@ class ControllerMetrics:
             "osrdyne_request_exchange_published",
             "The broker's cumulative `publish_in` of the pool's request exchange (client "
             "requests plus the controller's orphan republishes), as last read.",
+            registry=r,
+        )
+        self.groups_failing = Gauge(
+            "osrdyne_groups_failing",
+            "Groups whose workers keep failing to start (their requests are answered "
+            "`start_failed` at once).",
+            registry=r,
+        )
+        self.failed_starts = Counter(
+            "osrdyne_failed_starts_total",
+            "Failed worker starts, by how the controller heard of them: a worker's own "
+            "`start-failed` report (`report`) or the exit of a worker that never served (`exit`).",
+            ["source"],
+            registry=r,
+        )
+        self.start_failed_answers = Counter(
+            "osrdyne_start_failed_answers_total",
+            "Requests of failing groups answered `start_failed` (`answered`), or acked without "
+            "an answer for want of a reply_to (`no_reply_to`).",
+            ["outcome"],
             registry=r,
         )
 

@@ -45,6 +45,7 @@ from osrdyne.wire._names import (
     key_problem,
 )
 from osrdyne.wire._pamqp import any_queue_name
+from osrdyne.wire._publish_retry import deadline_from_header, is_transient, lost_not_cancelled
 from osrdyne.wire._publishing import RenewingChannel, is_refusal
 from osrdyne.wire._request_ids import (
     MAX_REQUEST_ID,
@@ -54,7 +55,7 @@ from osrdyne.wire._request_ids import (
     uuid7_time_ms,
 )
 from osrdyne.wire._statuses import Event, Status
-from osrdyne.wire._text import text
+from osrdyne.wire._text import MAX_REASON_CHARS, clean_reason, text
 
 _pamqp.apply()
 _aiormq.apply()
@@ -71,6 +72,7 @@ __all__ = [
     "KEY_ARGUMENT",
     "MAX_KEY_BYTES",
     "MAX_QUEUE_NAME_BYTES",
+    "MAX_REASON_CHARS",
     "MAX_REQUEST_ID",
     "MAX_RPC_PATH_BYTES",
     "PoolNames",
@@ -81,14 +83,18 @@ __all__ = [
     "WorkerEnv",
     "any_queue_name",
     "assignment",
+    "clean_reason",
     "connect",
     "connect_robust",
+    "deadline_from_header",
     "encodable",
     "error_body",
     "error_document",
     "is_refusal",
+    "is_transient",
     "join_urls",
     "key_problem",
+    "lost_not_cancelled",
     "new_request_id",
     "order",
     "read_assignment",

@@ -30,9 +30,16 @@ class Header(enum.StrEnum):
     NON_TERMINATING = "x-non-terminating-response"
     EVENT = "x-event"
     WORKER_ID = "x-worker-id"
+    #: Why a worker's start-up failed (on a `start-failed` activity report).
+    REASON = "x-reason"
     DEADLINE = "x-deadline"
     FIRST_DEATH_REASON = "x-first-death-reason"
     DEATH = "x-death"
+    #: Load figures on an activity report (optional; the group scaler reads them).
+    HANDLED = "x-handled"
+    BUSY_SECONDS = "x-busy-seconds"
+    IN_FLIGHT = "x-in-flight"
+    CONCURRENCY = "x-concurrency"
 
 
 #: The headers that carry W3C trace context from a request to its worker and answers.

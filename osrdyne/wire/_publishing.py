@@ -10,12 +10,13 @@ through two node losses: a third to two thirds of its requests refused for minut
 docs/reliability.md). The queue did not refuse the message: the channel's stale view of it did.
 
 `RenewingChannel` is the one answer every publisher of osrdyne uses (client, controller,
-worker SDK): a refused publish is tried once more on a fresh channel, which from then on takes
+worker SDK): a refused publish is tried again on a fresh channel, which from then on takes
 every new publish; the refused channel is retired, and closed once the publishes (or, for the
-client, the calls waiting for replies) still using it are done. A refusal that the queue does
-explain (its `x-max-length` with `reject-publish`, a majority of its members lost) is refused
-on the fresh channel too, and reaches the caller: one retry, never a loop. Channels are renewed
-at most once per `min_age` seconds, so a refusal streak does not churn channels.
+client, the calls waiting for replies) still using it are done. Channels are renewed at most
+once per `min_age` seconds, so a refusal streak does not churn channels. A refusal that a
+fresh channel does not cure (a queue electing its leader, its `x-max-length` with
+`reject-publish`, a majority of its members lost) is published again with a growing pause
+until the deadline of what it carries (`_publish_retry`), and only then reaches the caller.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ from typing import Any, TypeVar
 import aio_pika.abc
 import aio_pika.exceptions
 import aiormq.exceptions
-import pamqp.commands
+import tenacity
+
+from osrdyne.wire import _publish_retry
 
 logger = logging.getLogger(__name__)
 
@@ -42,11 +45,8 @@ T = TypeVar("T")
 OnOpen = Callable[[aio_pika.abc.AbstractChannel], Awaitable[None]]
 
 
-def is_refusal(exc: BaseException) -> bool:
-    """A negative publisher confirm (the broker did not take the message)."""
-    return isinstance(exc, aiormq.exceptions.DeliveryError) and isinstance(
-        exc.frame, pamqp.commands.Basic.Nack
-    )
+#: A negative publisher confirm (the broker did not take the message).
+is_refusal = _publish_retry.is_refusal
 
 
 class RenewingChannel:
@@ -92,6 +92,8 @@ class RenewingChannel:
         self._closing: set[asyncio.Task[None]] = set()
         #: Channels replaced after a refusal (tests and metrics read it).
         self.renewals = 0
+        #: Publishes tried again after a transient refusal (tests and metrics read it).
+        self.retries = 0
 
     @property
     def current(self) -> aio_pika.abc.AbstractChannel | None:
@@ -206,26 +208,41 @@ class RenewingChannel:
             self._close_later(refused)
         return fresh
 
+    def retrying(self, deadline: float | None = None) -> tenacity.AsyncRetrying:
+        """The retry loop of one publish (`_publish_retry.retrying`), counted in `retries`:
+        for publishers that hold the channel themselves (the client's calls)."""
+        return _publish_retry.retrying(deadline, name=self._name, on_retry=self._count_retry)
+
+    def _count_retry(self) -> None:
+        self.retries += 1
+
     async def publish(
         self,
         send: Callable[[aio_pika.abc.AbstractChannel], Awaitable[T]],
         *,
+        deadline: float | None = None,
         retry: bool = True,
     ) -> T:
-        """`send(channel)` on the current channel; once more on a fresh channel when the
-        broker refused it and `retry` (the caller's deadline allows). A second refusal is
-        raised."""
-        async with self.hold() as channel:
-            try:
-                return await send(channel)
-            except aiormq.exceptions.DeliveryError as exc:
-                if not retry or not is_refusal(exc):
-                    raise
-                fresh = await self.renew(channel)
-                if fresh is None:
-                    raise
-        async with self.hold() as channel:
-            return await send(channel)
+        """`send(channel)` on the current channel. When `retry`, a transient refusal
+        (`_publish_retry.is_transient`) renews the channel (unless it is younger than
+        `min_age`) and is published again after a pause, until `deadline`
+        (`time.monotonic()`; None: `_publish_retry.DEFAULT_RETRY_FOR` from now); then the
+        last refusal is raised. `send` must publish the same message each time."""
+        if not retry:
+            async with self.hold() as channel:
+                with _publish_retry.lost_not_cancelled(self._name):
+                    return await send(channel)
+        async for attempt in self.retrying(deadline):
+            with attempt:
+                async with self.hold() as channel:
+                    try:
+                        with _publish_retry.lost_not_cancelled(self._name):
+                            return await send(channel)
+                    except aiormq.exceptions.DeliveryError as exc:
+                        if is_refusal(exc):
+                            await self.renew(channel)
+                        raise
+        raise AssertionError("unreachable: tenacity re-raises the last error")
 
     def _close_later(self, channel: aio_pika.abc.AbstractChannel) -> None:
         if channel.is_closed:

@@ -27,6 +27,10 @@ class Status(enum.StrEnum):
     INVALID_REQUEST = "invalid_request"
     #: A new key refused by the group cap or the broker's limits.
     OVERLOADED = "overloaded"
+    #: The key's workers keep failing to start (its group is failing): the error body says
+    #: why (the last reason a worker reported, or its exit status). The controller keeps
+    #: restarting them; a later request may be served.
+    START_FAILED = "start_failed"
 
 
 class Event(enum.StrEnum):
@@ -38,3 +42,6 @@ class Event(enum.StrEnum):
     LOADING = "loading"
     READY = "ready"
     REQUEST_RECEIVED = "request-received"
+    #: The worker's start-up failed (its hooks, its dataset's load) and it is about to exit;
+    #: header `x-reason` says why, short and redacted (`start_failure_reason`).
+    START_FAILED = "start-failed"

@@ -58,6 +58,7 @@ async def messages_by_queue(pool: str) -> dict[str, int]:
             page += 1
 
 
+@pytest.mark.slow
 async def test_a_burst_of_1000_new_keys_is_forwarded_in_full(
     pool: str,
     make_controller: MakeController,
@@ -87,6 +88,7 @@ async def test_a_burst_of_1000_new_keys_is_forwarded_in_full(
     assert doc.admission is not None and doc.admission.groups == 1000
 
 
+@pytest.mark.slow
 async def test_sigterm_mid_burst_exits_within_grace_and_loses_nothing(
     pool: str, tmp_path: Path
 ) -> None:

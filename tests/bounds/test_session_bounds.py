@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
+import pytest
+
 from osrdyne.controller import Role
 from tests.bounds.conftest import AMQP_URL, MANAGEMENT_URL
 from tests.conftest import Running
@@ -25,6 +27,7 @@ FAST = {"connect_timeout": 1.0, "startup_timeout": 2.0, "stop_grace": 2.0}
 MARGIN = 15.0
 
 
+@pytest.mark.slow
 async def test_a_broker_that_stops_answering_ends_the_session_and_it_retries(
     pool: str, make_controller: MakeController, make_proxy: MakeProxy
 ) -> None:

@@ -7,7 +7,15 @@ import io
 
 from rich.console import Console
 
-from osrdyne.controller import AdmissionReport, BrokerReport, Role, StatusDocument
+from osrdyne.controller import (
+    AdmissionReport,
+    BrokerReport,
+    GroupReport,
+    GroupState,
+    Role,
+    ScalingReport,
+    StatusDocument,
+)
 from osrdyne.ops import _status_table
 
 
@@ -37,3 +45,16 @@ def test_admission_and_broker_lines() -> None:
     assert "fd ?, processes ?" in rendered(doc) and "last reading failed: HTTPStatusError" in (
         rendered(doc)
     )
+
+
+def test_a_scaled_group_shows_its_desired_workers() -> None:
+    doc = StatusDocument(
+        pool="p", instance="h:1:a", role=Role.LEADER, sessions=1, driver="subprocess", time=0.0
+    )
+    doc.groups["hot"] = GroupReport(
+        state=GroupState.ACTIVE,
+        running=True,
+        scaling=ScalingReport(desired=8, current=3, reason="backlog", saturated=True),
+    )
+    doc.page = ["hot"]
+    assert "yes>8!" in rendered(doc)

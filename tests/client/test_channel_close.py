@@ -26,6 +26,7 @@ TASKS = 32
 TRIES = 40
 
 
+@pytest.mark.slow
 async def test_broker_closed_channels_are_all_answered_under_load(amqp_url: str) -> None:
     assert getattr(aiormq.channel.Channel, "_osrdyne_close_ok_ordered", False), wire.__name__
     name = f"t-close-ok-{uuid.uuid4().hex[:8]}"

@@ -7,6 +7,7 @@ are down. The same moves on a real three-node cluster are in `tests/cluster/`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import urllib.parse
 
@@ -16,6 +17,7 @@ import pytest
 from osrdyne import Client, PoolNames, RequestRefused, wire
 from osrdyne.controller import Settings, _topology
 from osrdyne.controller._management import ManagementApi
+from osrdyne.exceptions import ClientError
 from tests import broker
 from tests.tcp_proxy import TcpProxy
 from tests.waiting import eventually
@@ -136,9 +138,12 @@ async def test_management_calls_fall_over_to_a_node_that_answers() -> None:
         await api.close()
 
 
-async def test_a_request_the_broker_nacks_raises_request_refused(pool: str) -> None:
-    """A negative publisher confirm (as a quorum queue electing a leader gives) is our error,
-    not aiormq's. Caused for real: a queue that rejects every publish (`reject-publish`)."""
+async def test_a_request_the_broker_nacks_until_its_deadline_raises_request_refused(
+    pool: str,
+) -> None:
+    """A negative publisher confirm (as a quorum queue electing a leader gives) is published
+    again until the call's deadline, then raised as our error, not aiormq's. Caused for real:
+    a queue that rejects every publish (`reject-publish`)."""
     connection = await wire.connect(broker.AMQP_URL, name="test refused setup")
     try:
         channel = await connection.channel()
@@ -151,8 +156,51 @@ async def test_a_request_the_broker_nacks_raises_request_refused(pool: str) -> N
         await queue.bind(exchange, routing_key="full")
         async with Client(broker.AMQP_URL, name="test refused") as client:
             with pytest.raises(RequestRefused, match="did not take the request"):
-                await client.call(pool, "full", b"x", timeout=10)
+                await client.call(pool, "full", b"x", timeout=1.5)
+            assert client.publish_retries >= 1
             assert not client._calls  # the call is forgotten
+    finally:
+        await connection.close()
+
+
+async def test_a_request_refused_for_a_moment_is_answered(pool: str) -> None:
+    """A refusal that passes within the deadline is not the caller's: the key's queue is
+    full (`x-max-length` 1, `reject-publish`: real nacks) until a consumer takes a message;
+    the call, published again meanwhile with the same request id, then reaches the queue and
+    its answer reaches the caller."""
+    connection = await wire.connect(broker.AMQP_URL, name="test refused for a moment")
+    try:
+        channel = await connection.channel()
+        exchange = await channel.declare_exchange(
+            PoolNames(pool).request_exchange, aio_pika.ExchangeType.DIRECT, auto_delete=True
+        )
+        queue = await channel.declare_queue(
+            f"{pool}-one", arguments={"x-max-length": 1, "x-overflow": "reject-publish"}
+        )
+        await queue.bind(exchange, routing_key="one")
+        await exchange.publish(aio_pika.Message(b"before", message_id="before"), "one")
+        async with Client(broker.AMQP_URL, name="test refused for a moment") as client:
+            call = asyncio.create_task(client.call(pool, "one", b"x", timeout=30))
+            await eventually(lambda: client.publish_retries >= 2, what="the request refused")
+            assert not call.done()
+            before = await queue.get(no_ack=True)
+            assert before is not None and before.message_id == "before"
+            request = await eventually(
+                lambda: queue.get(no_ack=True, fail=False), what="the request in the queue"
+            )
+            assert request.reply_to and request.correlation_id
+            await channel.default_exchange.publish(
+                aio_pika.Message(
+                    b"pong",
+                    correlation_id=request.correlation_id,
+                    headers={wire.Header.STATUS: "ok"},
+                ),
+                routing_key=request.reply_to,
+            )
+            response = await call
+            assert response.status == "ok" and response.body == b"pong"
+            assert response.request_id == request.message_id
+            assert await queue.get(fail=False) is None  # published again, taken once
     finally:
         await connection.close()
 
@@ -199,3 +247,35 @@ def test_a_workers_addresses_are_checked_when_it_starts(monkeypatch: pytest.Monk
     monkeypatch.setenv("WORKER_AMQP_URI", "amqp://a:5681/%2F,a:5682")
     with pytest.raises(ValueError, match="not an AMQP URI"):
         WorkerSettings.from_environment()
+
+
+async def test_a_publish_on_a_connection_found_stuck_fails_as_lost_not_as_cancelled(
+    pool: str,
+) -> None:
+    """A link that goes silent under a publish waiting for its confirm (the proxy forwards
+    nothing either way): aiormq finds the connection stuck after three heartbeats and ends
+    its pending futures with `CancelledError`, though nobody cancelled the caller. The call
+    must end as a client error (the connection lost, or the deadline), and the task that made
+    it must not look cancelled. Before the fix the call raised `CancelledError`."""
+    connection = await wire.connect(broker.AMQP_URL, name="test stuck setup")
+    proxy = await TcpProxy("127.0.0.1", BROKER_PORT).start()
+    try:
+        channel = await connection.channel()
+        exchange = await channel.declare_exchange(
+            PoolNames(pool).request_exchange, aio_pika.ExchangeType.DIRECT, auto_delete=True
+        )
+        queue = await channel.declare_queue(f"{pool}-stuck", auto_delete=True)
+        await queue.bind(exchange, routing_key="stuck")
+        url = f"amqp://guest:guest@127.0.0.1:{proxy.port}/%2F?heartbeat=1"
+        async with Client(url, name="test stuck") as client:
+            proxy.stall()
+            call = asyncio.create_task(client.call(pool, "stuck", b"x", timeout=20))
+            done, _ = await asyncio.wait({call}, timeout=40)
+            assert call in done, "the call did not end by its deadline"
+            assert not call.cancelled()
+            error = call.exception()
+            assert isinstance(error, ClientError), repr(error)
+    finally:
+        proxy.resume()
+        await proxy.close()
+        await connection.close()

@@ -27,6 +27,8 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.cluster.network import Network
+
 # The counting caller and the report rows of the fault tests, shared with them.
 from tests.faults.conftest import make_caller, make_tally, reliability_path  # noqa: F401
 from tests.waiting import eventually
@@ -239,6 +241,27 @@ class Cluster:
                 await http.delete(f"{base}/api/policies/%2F/osrdyne-{pool}-{policy}")
 
 
+async def node_of(cluster: Cluster, prefix: str) -> int:
+    """The node (1-3) holding the connection whose name starts with `prefix`."""
+    found = await eventually(
+        lambda: cluster.node_of_connection(prefix), what=f"connection {prefix!r}", timeout=60
+    )
+    return int(found)
+
+
+async def connection_port(cluster: Cluster, name: str) -> tuple[int, int]:
+    """(node, client port) of the connection named `name`, as the broker lists it."""
+
+    async def find() -> tuple[int, int] | None:
+        for c in await cluster.api("/connections", columns="node,peer_port,client_properties"):
+            if (c.get("client_properties") or {}).get("connection_name") == name:
+                return cluster.number(c["node"]), int(c["peer_port"])
+        return None
+
+    found: tuple[int, int] = await eventually(find, what=f"connection {name!r}", timeout=60)
+    return found
+
+
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
     """The three-node cluster, started once; stopped at the end unless it was already up."""
@@ -294,3 +317,14 @@ async def cluster_pool(
         interval=0.5,
     )
     await healthy_cluster.delete_pool(pool)
+
+
+@pytest.fixture
+def network(healthy_cluster: Cluster) -> Iterator[Network]:
+    """The cluster's links (tests/cluster/network.py), every cut undone after the test,
+    before the nodes are checked."""
+    net = Network()
+    try:
+        yield net
+    finally:
+        net.heal()

@@ -195,6 +195,7 @@ async def test_the_node_of_the_controller_sigkilled_under_load(
     assert running.controller.status().broker_node == f"127.0.0.1:{5680 + moved}"
 
 
+@pytest.mark.chaos
 async def test_a_rolling_restart_of_the_three_nodes_under_load(
     cluster_pool: str,
     healthy_cluster: Cluster,
@@ -228,6 +229,16 @@ async def test_a_rolling_restart_of_the_three_nodes_under_load(
     assert caller.epoch >= 1  # the caller's own node went too
 
 
+@pytest.mark.xfail(
+    strict=False,
+    reason="known limit, open (issue 32): a node frozen (SIGSTOP) longer than the Erlang tick "
+    "comes back with its Mnesia partitioned from the others (`running_partitioned_network`); "
+    "pause_minority does not pause it (it never saw itself in a minority while frozen) and "
+    "nothing heals it until it is restarted. Workers that reconnect to it do not see the "
+    "queues created on the majority meanwhile (NOT_FOUND): the cold keys' requests wait "
+    "unconsumed (21 of 532 unanswered at the end of the test, 2026-11-27; under autoheal "
+    "41 of 432, twice in four runs). Kept running: an XPASS is reported.",
+)
 async def test_the_node_of_the_controller_paused_longer_than_the_heartbeat(
     cluster_pool: str,
     healthy_cluster: Cluster,

@@ -25,11 +25,12 @@ import pytest
 
 from osrdyne import Client, exceptions
 from osrdyne.controller import NodeReport
-from tests.cluster.conftest import Cluster
+from tests.cluster.conftest import Cluster, node_of
 from tests.conftest import Running
 from tests.waiting import eventually
 
-pytestmark = pytest.mark.timeout(900)
+#: Minutes of node losses, one after another: the `chaos` tier (tests/components.py).
+pytestmark = [pytest.mark.chaos, pytest.mark.timeout(900)]
 
 KEYS = ["key-a", "key-b", "key-c"]
 CYCLES = 4
@@ -80,13 +81,6 @@ async def streak(client: Client, pool: str) -> tuple[int, Counter[str]]:
         await one_call(client, pool, KEYS[calls % len(KEYS)], failures)
         calls += 1
     return calls, failures
-
-
-async def node_of(cluster: Cluster, prefix: str) -> int:
-    found = await eventually(
-        lambda: cluster.node_of_connection(prefix), what=f"connection {prefix!r}", timeout=60
-    )
-    return int(found)
 
 
 async def test_one_client_through_four_cycles_of_node_losses(

@@ -268,11 +268,13 @@ async def test_the_console_is_public_its_data_is_not_and_every_answer_is_locked_
     overview = (await api.get("/overview", headers=ACT)).json()
     counters = overview["counters"]
     assert counters["orphans"] == {"forwarded": 0, "invalid_key": 0} and counters["poison"] == 0
-    assert counters["driver_calls"]["list/ok"] >= 1
+    # The noop driver cannot list: the group loop never asks it (drivers.base.Unlisted).
+    assert "list/ok" not in counters.get("driver_calls", {})
     assert overview["cold_start"]["count"] == 0
     assert overview["routed"]["samples"]  # sampled from the start
 
 
+@pytest.mark.slow
 async def test_osrdyne_warm_and_stop(
     make_controller: MakeController, serve: Serve, client: Client, pool: str
 ) -> None:

@@ -131,3 +131,49 @@ async def test_malformed_reports_are_acked_counted_and_change_nothing(
     assert delivery.acked
     assert counted(metrics, "osrdyne_activity_malformed_total") == 1
     assert tracker.state.version == version and processor.last_seen == {}
+
+
+async def test_failed_starts_go_to_the_breaker_and_keep_no_group_alive(
+    tracker: PoolStateTracker, metrics: ControllerMetrics, clock: Clock
+) -> None:
+    from drivers.memory import MemoryDriver
+    from osrdyne.controller._failing import FailingGroups
+
+    failing = FailingGroups(
+        connection=None,  # type: ignore[arg-type]  # only its run() consumes
+        names=PoolNames("p"),
+        publisher=None,  # type: ignore[arg-type]
+        tracker=tracker,
+        driver=MemoryDriver(),
+        queue_exists=lambda key: False,
+        metrics=metrics,
+        threshold=2,
+        window=60,
+        clock=clock,
+    )
+    processor = ActivityProcessor(
+        None,  # type: ignore[arg-type]
+        names=PoolNames("p"),
+        tracker=tracker,
+        metrics=metrics,
+        cold_starts=ColdStartClock(metrics.cold_start_seconds),
+        fold=1.0,
+        clock=clock,
+        failing=failing,
+    )
+    tracker.require("k")
+    for _ in range(2):
+        failed = report("k", "start-failed")
+        failed.headers["x-reason"] = "ImportError: no module named 'x'\n\x1b[2J"
+        await processor.handle(failed)  # type: ignore[arg-type]
+    state = failing.failing("k")
+    assert state is not None and state.reason == "ImportError: no module named 'x' [2J"
+    assert "k" not in processor.last_seen  # a failed start is no sign of life
+    await processor.handle(report("k", "started"))  # type: ignore[arg-type]
+    assert "k" not in processor.last_seen  # nor is a failing group's worker starting again
+    clock.advance(11)  # past unbind_delay since the require
+    tracker.advance()
+    assert tracker.state.value.groups == {"k": GroupStatus.UNBOUND}
+    await processor.handle(report("k", "ready"))  # type: ignore[arg-type]
+    assert failing.failing("k") is None
+    assert tracker.state.value.groups == {"k": GroupStatus.ACTIVE}

@@ -121,6 +121,7 @@ async def test_a_binding_removed_by_hand_is_bound_again_from_the_event(
     assert session.queue_loop.listings == listings
 
 
+@pytest.mark.slow
 async def test_the_loops_own_deletions_do_not_make_it_list_again(
     make_controller: Callable[..., Awaitable[Running]], pool: str, client: Client
 ) -> None:

@@ -11,6 +11,7 @@ import uuid
 from typing import Any
 
 import aio_pika
+import pytest
 
 from osrdyne import Client, PoolNames, Status
 from osrdyne.controller import poison
@@ -27,6 +28,7 @@ def counter(running: Running, name: str, *labels: str) -> float:
     return (metric.labels(*labels) if labels else metric)._value.get()
 
 
+@pytest.mark.slow
 async def test_the_policy_is_applied_to_request_queues(
     make_controller: Any, client: Client, pool: str
 ) -> None:
@@ -64,6 +66,7 @@ async def test_a_request_nobody_takes_in_time_is_answered_expired(
     assert counter(running, "dead_letters", "expired") == 1
 
 
+@pytest.mark.slow
 async def test_overflowing_requests_are_answered_maxlen(
     make_controller: Any, client: Client, pool: str
 ) -> None:
@@ -127,6 +130,7 @@ async def test_a_dead_request_without_reply_to_is_counted_and_acked(
     assert dl.declaration_result.message_count == 0
 
 
+@pytest.mark.slow
 async def test_poison_is_kept_listed_replayed_and_dropped(
     make_controller: Any, client: Client, pool: str, amqp_url: str
 ) -> None:

@@ -6,13 +6,14 @@ from `tests.docker_engine` (a plugin of tests/conftest.py, shared with the clust
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shutil
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,34 +32,115 @@ def pool_name(request: pytest.FixtureRequest) -> str:
 DriverFactory = Callable[..., Any]
 
 
+#: The real echo worker's environment in a driver's workers: this checkout's code, quick
+#: activity reports and drains.
+ECHO_ENVIRONMENT = {
+    "PYTHONPATH": str(REPO),
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "WORKER_ACTIVITY_INTERVAL": "0.5",
+    "WORKER_DRAIN_TIMEOUT": "2",
+}
+
+
+class Drivers:
+    """Builds drivers of one kind for a test, with its defaults, and keeps them to close."""
+
+    def __init__(
+        self, driver: Callable[..., Any], model: Any, *, pool: str, **defaults: Any
+    ) -> None:
+        self.driver, self.model, self.pool, self.defaults = driver, model, pool, defaults
+        self.made: list[Any] = []
+        #: The pools drivers were built for (a test may name its own).
+        self.pools: set[str] = set()
+
+    def __call__(
+        self, *, pool: str | None = None, amqp_uri: str = AMQP_URI, **settings: Any
+    ) -> Any:
+        context = base.PoolContext(pool=pool or self.pool, amqp_uri=amqp_uri)
+        self.pools.add(context.pool)
+        driver = self.driver(context, self.model.model_validate({**self.defaults, **settings}))
+        self.made.append(driver)
+        return driver
+
+    async def close(self) -> None:
+        for driver in self.made:
+            await driver.close()
+
+
+def remove_containers(docker_client: Any, pool: str) -> None:
+    """Remove every container of `pool`, whatever state it is in."""
+    for container in docker_client.containers.list(
+        all=True, filters={"label": [f"osrdyne.pool={pool}"]}
+    ):
+        container.remove(force=True)
+
+
 @pytest.fixture
 async def docker_driver(
     docker_host: str, worker_image: str, docker_client: Any, pool_name: str
 ) -> AsyncIterator[DriverFactory]:
-    """Builds DockerDrivers of the test's pool; removes the pool's containers afterwards."""
-    from drivers import docker as docker_driver_module
+    """Builds DockerDrivers of the test's pool (or of a pool it names); removes the
+    containers of every pool it built drivers for afterwards."""
+    from drivers import docker
 
-    made: list[Any] = []
+    drivers = Drivers(
+        docker.DockerDriver, docker.DockerSettings, pool=pool_name,
+        base_url=docker_host, image=worker_image, command=["sleep", "3600"], stop_timeout=1,
+    )  # fmt: skip
+    yield drivers
+    await drivers.close()
+    for pool in {pool_name, *drivers.pools}:
+        remove_containers(docker_client, pool)
 
-    def make(*, pool: str = pool_name, amqp_uri: str = AMQP_URI, **settings: Any) -> Any:
-        settings.setdefault("base_url", docker_host)
-        settings.setdefault("image", worker_image)
-        settings.setdefault("command", ["sleep", "3600"])
-        settings.setdefault("stop_timeout", 1)
-        driver = docker_driver_module.DockerDriver(
-            base.PoolContext(pool=pool, amqp_uri=amqp_uri),
-            docker_driver_module.DockerSettings(**settings),
+
+@pytest.fixture
+def echo_docker_driver(
+    docker_driver: DriverFactory,
+    amqp_uri: str,
+    host_python: tuple[str, list[dict[str, Any]]],
+    pool: str,
+) -> DriverFactory:
+    """Builds DockerDrivers of the test's broker pool whose containers run the real echo
+    worker (the host's interpreter, mounted read-only into the worker image)."""
+    python, mounts = host_python
+
+    def make(**settings: Any) -> Any:
+        return docker_driver(
+            pool=pool,
+            amqp_uri=amqp_uri,
+            command=[python, "-m", "worker_sdk.examples.echo"],
+            environment=ECHO_ENVIRONMENT,
+            volumes=mounts,
+            **settings,
         )
-        made.append(driver)
-        return driver
 
-    yield make
-    for driver in made:
-        await driver.close()
-    for container in docker_client.containers.list(
-        all=True, filters={"label": [f"osrdyne.pool={pool_name}"]}
-    ):
-        container.remove(force=True)
+    return make
+
+
+@pytest.fixture
+async def run_controller(
+    pool: str, tmp_path: Path, docker_client: Any
+) -> AsyncIterator[Callable[[Any], Any]]:
+    """Runs controllers of the test's pool on a given driver (leader awaited); stops them
+    and removes the pool's containers afterwards."""
+    from osrdyne.controller import Controller
+    from tests.conftest import controller_settings
+
+    tasks: list[tuple[Controller, asyncio.Task[None]]] = []
+
+    async def run(driver: Any) -> tuple[Controller, asyncio.Task[None]]:
+        controller = Controller(controller_settings(pool, tmp_path), driver=driver)
+        task = asyncio.create_task(controller.run(), name=f"ctl {pool}")
+        tasks.append((controller, task))
+        await asyncio.wait_for(controller.wait_leader(), 30)
+        return controller, task
+
+    yield run
+    for controller, task in tasks:
+        controller.stop()
+        if not task.done():
+            await asyncio.wait_for(task, 60)
+    remove_containers(docker_client, pool)
 
 
 @pytest.fixture
@@ -74,24 +156,14 @@ def k8s_api() -> Iterator[Any]:
 @pytest.fixture
 async def k8s_driver(k8s_api: Any, pool_name: str) -> AsyncIterator[DriverFactory]:
     """Builds KubernetesDrivers of the test's pool, talking to the double."""
-    from drivers import kubernetes as kubernetes_driver_module
+    from drivers import kubernetes
 
-    made: list[Any] = []
-
-    def make(*, pool: str = pool_name, amqp_uri: str = AMQP_URI, **settings: Any) -> Any:
-        settings.setdefault("host", k8s_api.url)
-        settings.setdefault("namespace", "default")
-        settings.setdefault("request_timeout", 10)
-        driver = kubernetes_driver_module.KubernetesDriver(
-            base.PoolContext(pool=pool, amqp_uri=amqp_uri),
-            kubernetes_driver_module.KubernetesSettings.model_validate(settings),
-        )
-        made.append(driver)
-        return driver
-
-    yield make
-    for driver in made:
-        await driver.close()
+    drivers = Drivers(
+        kubernetes.KubernetesDriver, kubernetes.KubernetesSettings, pool=pool_name,
+        host=k8s_api.url, namespace="default", request_timeout=10,
+    )  # fmt: skip
+    yield drivers
+    await drivers.close()
 
 
 # -- a real systemd (scripts/ensure_systemd.sh) --------------------------------------------
@@ -185,40 +257,90 @@ def systemd_host() -> Iterator[SystemdHost]:
 
 
 @pytest.fixture
-async def systemd_driver(
-    systemd_host: SystemdHost, pool_name: str, repo: Path
-) -> AsyncIterator[DriverFactory]:
+async def systemd_driver(systemd_host: SystemdHost, pool_name: str) -> AsyncIterator[DriverFactory]:
     """Builds SystemdDrivers of the test's pool on the container's bus; stops every unit of
     the pool afterwards and checks none is left."""
     from drivers import systemd as systemd_driver_module
 
-    made: list[Any] = []
+    drivers = Drivers(
+        systemd_driver_module.SystemdDriver,
+        systemd_driver_module.SystemdSettings,
+        pool=pool_name,
+        bus_address=systemd_host.bus,
+    )
 
-    def make(*, pool: str = pool_name, amqp_uri: str = AMQP_URI, **settings: Any) -> Any:
-        settings.setdefault("bus_address", systemd_host.bus)
-        environment = {
-            "PYTHONPATH": str(repo),
-            "PYTHONDONTWRITEBYTECODE": "1",
-            "WORKER_ACTIVITY_INTERVAL": "0.5",
-            "WORKER_DRAIN_TIMEOUT": "2",
-        }
-        settings["environment"] = {**environment, **settings.get("environment", {})}
-        driver = systemd_driver_module.SystemdDriver(
-            base.PoolContext(pool=pool, amqp_uri=amqp_uri),
-            systemd_driver_module.SystemdSettings(**settings),
-        )
-        made.append(driver)
-        return driver
+    def make(**settings: Any) -> Any:
+        settings["environment"] = {**ECHO_ENVIRONMENT, **settings.get("environment", {})}
+        return drivers(**settings)
 
     yield make
-    for driver in made:
+    for driver in drivers.made:
         with contextlib.suppress(base.DriverError):  # a test's driver may have no bus
             for key in await driver.list():
                 await driver.stop(key)
-        await driver.close()
-    # Whatever a failed test left behind: every unit of the pool goes, with its file.
-    head = systemd_driver_module.escape(pool_name) + "-"
-    systemd_host.systemctl("stop", f"osrdyne-worker@{head}*")
-    systemd_host.systemctl("reset-failed", f"osrdyne-worker@{head}*")
-    for path in Path("/run/osrdyne/workers").glob(f"{systemd_driver_module.file_stem(head)}*"):
-        path.unlink(missing_ok=True)
+    await drivers.close()
+    # Whatever a test left behind (it failed, or a controller stopped in the middle of a
+    # start): every unit of each of its pools goes, with its file.
+    for pool in {pool_name, *drivers.pools}:
+        head = systemd_driver_module.escape(pool) + "-"
+        systemd_host.systemctl("stop", f"osrdyne-worker@{head}*")
+        systemd_host.systemctl("reset-failed", f"osrdyne-worker@{head}*")
+        stem = systemd_driver_module.file_stem(head)
+        for path in Path("/run/osrdyne/workers").glob(f"{stem}*"):
+            path.unlink(missing_ok=True)
+
+
+def listed_units(host: SystemdHost, pattern: str = "osrdyne-worker@*") -> set[str]:
+    """The units systemd has loaded whose names match `pattern` (any state)."""
+    done = host.systemctl("list-units", "--all", "--plain", "--no-legend", pattern)
+    assert done.returncode == 0, done.stderr
+    return {line.split()[0] for line in done.stdout.splitlines() if line.strip()}
+
+
+@pytest.fixture
+async def systemd_controller(
+    pool: str,
+    tmp_path: Path,
+    systemd_host: SystemdHost,
+    systemd_driver: DriverFactory,
+    amqp_uri: str,
+) -> AsyncIterator[Callable[..., Awaitable[Any]]]:
+    """Runs controllers of the test's broker pool whose workers are echo workers in units of
+    the container's systemd (leader awaited): `environment` added to the workers', `systemd`
+    to the driver's section, the other keywords to the controller's settings (`groups`,
+    `scaling`, ...). Stops them afterwards; the units outlive a controller, so the
+    `systemd_driver` clean-up stops those of the pool."""
+    from osrdyne.controller import Controller
+    from tests.conftest import controller_settings
+
+    systemd_driver(pool=pool)  # a driver of the pool, for the clean-up to find its units
+    running: list[tuple[Any, asyncio.Task[None]]] = []
+
+    async def run(
+        *,
+        environment: dict[str, str] | None = None,
+        systemd: dict[str, Any] | None = None,
+        **overrides: Any,
+    ) -> Any:
+        section = {
+            "bus_address": systemd_host.bus,
+            "environment": {**ECHO_ENVIRONMENT, **(environment or {})},
+            **(systemd or {}),
+        }
+        settings = controller_settings(
+            pool,
+            tmp_path,
+            amqp={"worker_url": amqp_uri},
+            driver={"kind": "systemd", "systemd": section},
+            **overrides,
+        )
+        controller = Controller(settings)
+        task = asyncio.create_task(controller.run(), name=f"controller {pool}")
+        running.append((controller, task))
+        await asyncio.wait_for(controller.wait_leader(), 30)
+        return controller
+
+    yield run
+    for controller, task in running:
+        controller.stop()
+        await asyncio.wait_for(task, 60)

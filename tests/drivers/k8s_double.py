@@ -6,6 +6,7 @@ and nothing else:
 - `/apis/apps/v1/namespaces/{ns}/deployments[/{name}]`
 - `/apis/keda.sh/v1alpha1/namespaces/{ns}/scaledobjects[/{name}]`
 - `/apis/autoscaling/v2/namespaces/{ns}/horizontalpodautoscalers[/{name}]`
+- `/api/v1/namespaces/{ns}/pods[/{name}]` (GET only: a test plays the kubelet, `put_pod`)
 
 with GET (one, or a list filtered by `labelSelector` equality terms), POST (201, or 409 when
 the name exists), PUT (optimistic concurrency on `metadata.resourceVersion`: 409 on a stale
@@ -15,7 +16,8 @@ Deployments and HorizontalPodAutoscalers are checked with `kubernetes-validate` 
 1.29, strict: the JSON schemas it ships are generated from the upstream OpenAPI document),
 ScaledObjects with the KEDA schema in `schemas/`. Deleting an object also deletes the objects
 whose `metadata.ownerReferences` name its uid, as the garbage collector does (at once, not in
-the background). It does not run pods, roll Deployments or scale anything.
+the background). It does not run pods, roll Deployments or scale anything: a test that needs
+pods (a crash loop, say) stores them as the kubelet would report them (`put_pod`).
 """
 
 from __future__ import annotations
@@ -43,19 +45,25 @@ TRIGGER_AUTHENTICATION_SCHEMA = json.loads(
 )
 
 _PATH = re.compile(
-    r"^/apis/(?P<group>apps/v1|keda\.sh/v1alpha1|autoscaling/v2)/namespaces/(?P<ns>[^/]+)/"
-    r"(?P<plural>deployments|scaledobjects|horizontalpodautoscalers)(?:/(?P<name>[^/]+))?$"
+    r"^/api(?:s/(?P<group>apps/v1|keda\.sh/v1alpha1|autoscaling/v2)|/(?P<core>v1))"
+    r"/namespaces/(?P<ns>[^/]+)/"
+    r"(?P<plural>deployments|scaledobjects|horizontalpodautoscalers|pods)"
+    r"(?:/(?P<name>[^/]+))?$"
 )
 _KINDS = {
     "deployments": "Deployment",
     "scaledobjects": "ScaledObject",
     "horizontalpodautoscalers": "HorizontalPodAutoscaler",
+    "pods": "Pod",
 }
 _GROUPS = {
     "deployments": "apps/v1",
     "scaledobjects": "keda.sh/v1alpha1",
     "horizontalpodautoscalers": "autoscaling/v2",
+    "pods": "v1",
 }
+#: Objects only the cluster itself writes: read-only through the API.
+_READ_ONLY = frozenset({"pods"})
 
 
 def validate(manifest: dict[str, Any]) -> None:
@@ -132,6 +140,16 @@ class ApiServerDouble:
             o for (p, ns, _), o in sorted(self.objects.items()) if (p, ns) == (plural, namespace)
         ]
 
+    def put_pod(self, pod: dict[str, Any], namespace: str = "default") -> None:
+        """Store (or replace) a Pod as the cluster would report it: what the kubelet does
+        (its `status.containerStatuses`: restarts, last termination) is the test's to say."""
+        with self.lock:
+            meta = pod.setdefault("metadata", {})
+            meta.setdefault("uid", str(uuid.uuid4()))
+            meta["namespace"] = namespace
+            meta["resourceVersion"] = str(next(self._versions))
+            self.objects[("pods", namespace, meta["name"])] = copy.deepcopy(pod)
+
     def writes(self) -> Iterator[dict[str, Any]]:
         """Every body the client sent with POST or PUT."""
         return (body for method, _, body in self.requests if method in ("POST", "PUT"))
@@ -150,9 +168,11 @@ class ApiServerDouble:
         if match is None:
             return 404, _status(404, "NotFound", f"the server could not find {path}")
         plural, ns, name = match["plural"], match["ns"], match["name"]
-        api_version = match["group"]
+        api_version = match["group"] or match["core"]
         if _GROUPS[plural] != api_version:
             return 404, _status(404, "NotFound", f"the server could not find {path}")
+        if plural in _READ_ONLY and method != "GET":
+            return 405, _status(405, "MethodNotAllowed", f"the double does not {method} {plural}")
         if name is None and method == "GET":
             selector = (query.get("labelSelector") or [""])[0]
             items = [

@@ -176,6 +176,37 @@ async def test_list_reports_outdated_groups_and_start_upgrades_them(
     assert len(pool_containers(docker_client, pool_name)) == 3
 
 
+async def test_resize_grows_within_the_cap_and_shrinks_from_the_top(
+    docker_driver: DriverFactory, docker_client: Any, pool_name: str
+) -> None:
+    driver = docker_driver(workers=1, max_containers=3)
+    await driver.start(KEY)
+    await driver.resize(KEY, 3)  # a group the driver has not listed yet: nothing
+    assert len(pool_containers(docker_client, pool_name)) == 1
+    assert await driver.list() == {KEY}
+    await driver.resize(KEY, 5)  # only 3 containers fit
+    assert driver.sizes() == {KEY: 3}
+    assert driver.capacity() == 1  # the extra containers count against new keys' room
+    containers = pool_containers(docker_client, pool_name)
+    assert sorted(c.labels["osrdyne.index"] for c in containers) == ["0", "1", "2"]
+    assert all(c.status == "running" for c in containers)
+    assert await driver.list() == {KEY} and driver.outdated() == set()
+
+    fresh = docker_driver(workers=1, max_containers=3)  # a restarted controller adopts it
+    assert await fresh.list() == {KEY}
+    assert fresh.sizes() == {KEY: 3} and fresh.outdated() == set()
+
+    await driver.resize(KEY, 1)
+    remaining = pool_containers(docker_client, pool_name)
+    assert [c.labels["osrdyne.index"] for c in remaining] == ["0"]
+    assert remaining[0].id in {c.id for c in containers}
+    assert driver.sizes() == {KEY: 1} and driver.capacity() == 3
+
+    await driver.stop(KEY)
+    await driver.resize(KEY, 2)  # a stopped group is not brought back by a late resize
+    assert driver.sizes() == {} and pool_containers(docker_client, pool_name) == []
+
+
 async def test_unreachable_engine_is_driver_unavailable(docker_driver: DriverFactory) -> None:
     for url in ("unix:///run/osrdyne-no-such-engine.sock", "tcp://127.0.0.1:9"):
         driver = docker_driver(base_url=url, timeout=5)

@@ -7,62 +7,40 @@ busybox image), and the answer comes back through the broker.
 
 from __future__ import annotations
 
-import asyncio
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from osrdyne import Client
-from osrdyne.controller import Controller
-from tests.conftest import controller_settings
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.timeout(300)
 
 
 async def test_calls_are_answered_by_worker_containers(
     pool: str,
-    tmp_path: Path,
     client: Client,
-    docker_driver: Any,
+    echo_docker_driver: Any,
+    run_controller: Any,
     docker_client: Any,
-    amqp_uri: str,
-    host_python: tuple[str, list[dict[str, Any]]],
-    repo: Path,
 ) -> None:
     key = "Infra/42 é — spaces & ünïcode"
-    python, mounts = host_python
-    driver = docker_driver(
-        pool=pool,
-        amqp_uri=amqp_uri,
-        workers=2,
-        command=[python, "-m", "worker_sdk.examples.echo"],
-        environment={
-            "PYTHONPATH": str(repo),
-            "PYTHONDONTWRITEBYTECODE": "1",
-            "WORKER_ACTIVITY_INTERVAL": "0.5",
-            "WORKER_DRAIN_TIMEOUT": "2",
-        },
-        volumes=mounts,
+    await run_controller(echo_docker_driver(workers=2))
+    answer = await client.call(pool, key, b"hi", timeout=90)
+    assert answer.ok, answer
+    assert answer.body == b"hi"
+    who = json.loads((await client.call(pool, key, path="whoami", timeout=60)).body)
+    # Both workers of the group run (the second may still be starting: a bound, waited).
+    containers = await eventually(
+        lambda: _running(docker_client, pool, 2), what="two worker containers", timeout=60
     )
-    controller = Controller(controller_settings(pool, tmp_path), driver=driver)
-    task = asyncio.create_task(controller.run(), name=f"controller {pool}")
-    try:
-        await asyncio.wait_for(controller.wait_leader(), 30)
-        answer = await client.call(pool, key, b"hi", timeout=90)
-        assert answer.ok, answer
-        assert answer.body == b"hi"
-        who = json.loads((await client.call(pool, key, path="whoami", timeout=60)).body)
-        containers = docker_client.containers.list(filters={"label": [f"osrdyne.pool={pool}"]})
-        assert who["key"] == key
-        assert who["worker_id"] in {c.name for c in containers}
-        assert {c.labels["osrdyne.key"] for c in containers} == {key}
-        assert len(containers) == 2
-    finally:
-        controller.stop()
-        await asyncio.wait_for(task, 30)
-        for container in docker_client.containers.list(
-            all=True, filters={"label": [f"osrdyne.pool={pool}"]}
-        ):
-            container.remove(force=True)
+    assert who["key"] == key
+    assert who["worker_id"] in {c.name for c in containers}
+    assert {c.labels["osrdyne.key"] for c in containers} == {key}
+
+
+def _running(docker_client: Any, pool: str, count: int) -> list[Any] | None:
+    """The running containers of `pool` once there are `count` of them."""
+    found = docker_client.containers.list(filters={"label": [f"osrdyne.pool={pool}"]})
+    return found if len(found) == count else None

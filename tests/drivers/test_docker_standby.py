@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import urllib.parse
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -20,63 +19,9 @@ from drivers.docker import LABEL_STANDBY, DockerDriver
 from osrdyne import Client, PoolNames, Status
 from osrdyne.controller import Controller
 from tests import broker
-from tests.conftest import controller_settings
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.timeout(300)
-
-
-@pytest.fixture
-def standby_driver(
-    docker_driver: Any,
-    amqp_uri: str,
-    host_python: tuple[str, list[dict[str, Any]]],
-    repo: Path,
-    pool: str,
-) -> Callable[..., DockerDriver]:
-    python, mounts = host_python
-
-    def make(**settings: Any) -> DockerDriver:
-        driver: DockerDriver = docker_driver(
-            pool=pool,
-            amqp_uri=amqp_uri,
-            command=[python, "-m", "worker_sdk.examples.echo"],
-            environment={
-                "PYTHONPATH": str(repo),
-                "PYTHONDONTWRITEBYTECODE": "1",
-                "WORKER_ACTIVITY_INTERVAL": "0.5",
-                "WORKER_DRAIN_TIMEOUT": "2",
-            },
-            volumes=mounts,
-            **settings,
-        )
-        return driver
-
-    return make
-
-
-@pytest.fixture
-async def run_controller(
-    pool: str, tmp_path: Path, docker_client: Any
-) -> AsyncIterator[Callable[[DockerDriver], Any]]:
-    tasks: list[tuple[Controller, asyncio.Task[None]]] = []
-
-    async def run(driver: DockerDriver) -> tuple[Controller, asyncio.Task[None]]:
-        controller = Controller(controller_settings(pool, tmp_path), driver=driver)
-        task = asyncio.create_task(controller.run(), name=f"ctl {pool}")
-        tasks.append((controller, task))
-        await asyncio.wait_for(controller.wait_leader(), 30)
-        return controller, task
-
-    yield run
-    for controller, task in tasks:
-        controller.stop()
-        if not task.done():
-            await asyncio.wait_for(task, 60)
-    for container in docker_client.containers.list(
-        all=True, filters={"label": [f"osrdyne.pool={pool}"]}
-    ):
-        container.remove(force=True)
 
 
 async def _queue_exists(name: str) -> bool:
@@ -106,15 +51,26 @@ def _standby_containers(docker_client: Any, pool: str) -> list[Any]:
     return docker_client.containers.list(filters={"label": [f"osrdyne.pool={pool}", LABEL_STANDBY]})
 
 
+@pytest.fixture
+def start(echo_docker_driver: Callable[..., DockerDriver], run_controller: Any) -> Any:
+    """Runs a controller of the test's pool on a new echo docker driver with `settings`."""
+
+    async def start(**settings: Any) -> tuple[DockerDriver, Controller, asyncio.Task[None]]:
+        driver = echo_docker_driver(**settings)
+        controller, task = await run_controller(driver)
+        return driver, controller, task
+
+    return start
+
+
 async def test_a_new_key_is_answered_by_a_standby_container_that_is_replaced(
-    standby_driver: Callable[..., DockerDriver],
-    run_controller: Any,
+    start: Any,
+    echo_docker_driver: Callable[..., DockerDriver],
     client: Client,
     pool: str,
     docker_client: Any,
 ) -> None:
-    driver = standby_driver(standby=2)
-    controller, task = await run_controller(driver)
+    driver, controller, task = await start(standby=2)
     before = await _waiting(driver, pool, 2)
     ids_before = {c.name: c.id for c in _standby_containers(docker_client, pool)}
     assert set(ids_before) == before
@@ -148,22 +104,17 @@ async def test_a_new_key_is_answered_by_a_standby_container_that_is_replaced(
     assert left == {renamed}
     # A restarted controller's driver has no record of the assignment: it stops the renamed
     # standby (its key unknown to it) and starts standbys anew.
-    restarted = standby_driver(standby=2)
+    restarted = echo_docker_driver(standby=2)
     assert await restarted.list() == set()
     assert renamed not in {c.name for c in docker_client.containers.list(all=True)}
     assert len(restarted.standby_workers()) == 2
 
 
 async def test_standby_containers_count_are_replaced_and_go_with_the_controller(
-    standby_driver: Callable[..., DockerDriver],
-    run_controller: Any,
-    client: Client,
-    pool: str,
-    docker_client: Any,
+    start: Any, client: Client, pool: str, docker_client: Any
 ) -> None:
-    driver = standby_driver(standby=1, max_containers=2)
+    driver, controller, task = await start(standby=1, max_containers=2)
     assert driver.capacity() == 1
-    controller, task = await run_controller(driver)
     (first,) = await _waiting(driver, pool, 1)
     docker_client.containers.get(first).kill()
 

@@ -33,6 +33,7 @@ import yaml
 
 from drivers import base
 from drivers import kubernetes as kubernetes_driver
+from tests.docker_engine import _unavailable
 from tests.faults.rabbit_node import NodeError, RabbitNode, free_port
 
 pytestmark = pytest.mark.timeout(300)
@@ -44,12 +45,6 @@ POOL = "hpa-metrics"
 DEPTHS = {"hello": 3, "Infra/42 é — spaces & ünïcode": 5, "a;b": 2, "x" * 255: 7}
 #: Bound on waiting for Prometheus to have scraped what the broker holds (not a measure).
 SCRAPE_WAIT = 90.0
-
-
-def _unavailable(reason: str) -> None:
-    if os.environ.get("CI"):
-        pytest.fail(reason)
-    pytest.skip(reason)
 
 
 class PrometheusRabbitNode(RabbitNode):
@@ -149,6 +144,7 @@ def _adapter_query(labels: dict[str, str]) -> str:
     return query.replace("<<.Series>>", series).replace("<<.LabelMatchers>>", matchers)
 
 
+@pytest.mark.slow
 def test_prometheus_gives_each_hpa_its_queue_depth(
     prometheus_binaries: tuple[str, str], rabbit: PrometheusRabbitNode, tmp_path: Path
 ) -> None:

@@ -337,6 +337,7 @@ def test_deploy_rbac_grants_what_the_driver_uses() -> None:
         granted = {(g, r): set(rule["verbs"]) for rule in role["rules"]
                    for g in rule["apiGroups"] for r in rule["resources"]}  # fmt: skip
         assert granted[("apps", "deployments")] == verbs
+        assert granted[("", "pods")] == {"get", "list"}  # read only
         if ("keda.sh", "scaledobjects") in granted:
             assert granted[("keda.sh", "scaledobjects")] == verbs
 
@@ -349,3 +350,42 @@ def test_deploy_config_maps_hold_valid_driver_settings(folder: str) -> None:
     config = tomllib.loads(config_map["data"]["osrdyne.toml"])
     settings = kubernetes_driver.KubernetesSettings.model_validate(config["driver"]["kubernetes"])
     assert settings.keda.enabled == (config["driver"]["kind"] == "keda")
+
+
+async def test_resize_sets_the_deployments_replicas_and_upgrades_keep_them(
+    k8s_driver: DriverFactory, k8s_api: Any
+) -> None:
+    driver = k8s_driver(replicas=1)
+    await driver.start(KEY)
+    await driver.resize(KEY, 3)  # not listed yet: nothing
+    assert k8s_api.of_kind("deployments")[0]["spec"]["replicas"] == 1
+    assert await driver.list() == {KEY}
+    assert driver.sizes() == {KEY: 1}
+    await driver.resize(KEY, 3)
+    (deployment,) = k8s_api.of_kind("deployments")
+    k8s_double.validate(deployment)
+    assert deployment["spec"]["replicas"] == 3
+    assert driver.sizes() == {KEY: 3}
+
+    upgraded = k8s_driver(replicas=1, environment={"NEW": "1"})  # a new version, restarted
+    assert await upgraded.list() == {KEY}
+    assert upgraded.sizes() == {KEY: 3}  # the cluster is the record
+    await upgraded.start(KEY)
+    (deployment,) = k8s_api.of_kind("deployments")
+    assert deployment["metadata"]["labels"]["osrdyne.io/version"] == upgraded.version
+    assert deployment["spec"]["replicas"] == 3
+    await upgraded.resize(KEY, 0)  # never below one
+    assert k8s_api.of_kind("deployments")[0]["spec"]["replicas"] == 1
+    await upgraded.stop(KEY)
+    assert upgraded.sizes() == {}
+
+
+async def test_keda_and_hpa_modes_keep_their_own_scaler(
+    k8s_driver: DriverFactory, k8s_api: Any
+) -> None:
+    driver = k8s_driver(keda={"enabled": True, "max_replicas": 5})
+    await driver.start(KEY)
+    assert await driver.list() == {KEY}
+    assert driver.sizes() == {}
+    await driver.resize(KEY, 4)
+    assert k8s_api.of_kind("deployments")[0]["spec"]["replicas"] == 1

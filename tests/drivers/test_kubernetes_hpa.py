@@ -464,3 +464,4 @@ def test_deploy_hpa_rbac_grants_what_the_driver_uses() -> None:
     verbs = {"get", "list", "create", "patch", "update", "delete"}
     assert granted[("apps", "deployments")] == verbs
     assert granted[("autoscaling", "horizontalpodautoscalers")] == verbs
+    assert granted[("", "pods")] == {"get", "list"}  # read only

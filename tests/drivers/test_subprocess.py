@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from drivers._processes import alive
 from drivers.base import PoolContext
 from drivers.subprocess import SubprocessDriver, SubprocessSettings
 from tests.waiting import eventually
@@ -39,9 +40,7 @@ def make_driver(tmp_path: Path):  # type: ignore[no-untyped-def]
         settings = SubprocessSettings(
             command=[sys.executable, "-c", SCRIPT, str(out)],
             owner=str(tmp_path / "state"),
-            restart_backoff=0.1,
-            stop_timeout=5,
-            **options,  # type: ignore[arg-type]
+            **{"restart_backoff": 0.1, "stop_timeout": 5, **options},  # type: ignore[arg-type]
         )
         driver = SubprocessDriver(PoolContext(pool="p", amqp_uri="amqp://x/"), settings)
         drivers.append(driver)
@@ -61,14 +60,6 @@ def make_driver(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 def pids(driver: SubprocessDriver, key: str) -> list[int]:
     return [w.pid for w in driver.describe().get(key, ()) if w.pid is not None]
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 async def test_start_runs_n_workers_with_the_protocol_environment(make_driver) -> None:  # type: ignore[no-untyped-def]
@@ -142,3 +133,58 @@ async def test_close_ends_every_group(make_driver) -> None:  # type: ignore[no-u
     )
     await driver.close()
     assert not any(alive(pid) for pid in running)
+
+
+async def test_a_stop_cut_short_by_its_caller_still_ends_the_group(make_driver) -> None:  # type: ignore[no-untyped-def]
+    """A controller stopping while its group loop stops a group cancels that stop midway (the
+    worker ignores SIGTERM as it loads): the group, out of the driver's books already, is
+    still stopped (SIGKILL after `stop_timeout`), and `close()` waits for it. Before, the
+    worker ran on, its supervision task left behind."""
+    driver = make_driver(stop_timeout=1)
+    ignoring = "import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n" + SCRIPT
+    driver.settings.command[2] = ignoring
+    await driver.start("k")
+    running = await eventually(lambda: pids(driver, "k"))
+    await eventually(lambda: list(make_driver.out.glob("*.json")), what="SIGTERM ignored")
+    stopping = asyncio.create_task(driver.stop("k"))
+    await asyncio.sleep(0.2)  # inside its wait for the worker to end
+    stopping.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await stopping
+    assert await driver.list() == set()
+    supervisors = list(asyncio.all_tasks())
+    await driver.close()
+    assert not any(alive(pid) for pid in running)
+    left = [t for t in supervisors if t.get_name().startswith("subprocess worker")]
+    assert left and all(t.done() for t in left)
+
+
+async def test_a_closed_driver_starts_nothing(make_driver) -> None:  # type: ignore[no-untyped-def]
+    from drivers.base import DriverError
+
+    driver = make_driver()
+    await driver.close()
+    with pytest.raises(DriverError, match="closed"):
+        await driver.start("k")
+    assert await driver.list() == set()
+
+
+async def test_resize_grows_and_drains_the_highest_slots(make_driver) -> None:  # type: ignore[no-untyped-def]
+    driver = make_driver(workers=1, max_processes=3)
+    await driver.start("k")
+    await eventually(lambda: len(pids(driver, "k")) == 1, what="1 worker")
+    await driver.resize("k", 5)  # only 3 processes fit
+    assert driver.sizes() == {"k": 3}
+    assert driver.capacity() == 1  # the extra workers count against new keys' room
+    grown = await eventually(lambda: len(pids(driver, "k")) == 3 and pids(driver, "k"))
+    await driver.resize("k", 1)
+    assert driver.sizes() == {"k": 1}
+    await eventually(lambda: not driver._groups["k"].leaving, what="2 workers drained away")
+    assert [alive(pid) for pid in grown] == [True, False, False]
+    # A drained slot's supervision ended with it: nothing restarts it.
+    assert sum(not task.done() for task in driver._groups["k"].tasks) == 1
+    assert pids(driver, "k") == grown[:1]
+    await driver.resize("absent", 4)  # no group: nothing
+    assert driver.sizes() == {"k": 1}
+    await driver.close()
+    assert not alive(grown[0])

@@ -9,6 +9,8 @@ The instance names are checked against the real `systemd-escape`.
 from __future__ import annotations
 
 import asyncio
+import fnmatch
+import functools
 import json
 import os
 import shutil
@@ -23,13 +25,19 @@ import tomli_w
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from drivers import base, registry
+from drivers import base, names, registry
 from drivers import systemd as sd
+from drivers.systemd import _driver as sd_driver
+from drivers.systemd import _environment as sd_environment
+from drivers.systemd import _names as sd_names
 from osrdyne import Client
-from osrdyne.controller import Controller
 from osrdyne.exceptions import PoolNotFound
-from tests.conftest import controller_settings
-from tests.drivers.conftest import SystemdHost, unit_binds
+from tests import waiting
+from tests.drivers.conftest import (
+    SystemdHost,
+    listed_units,
+    unit_binds,
+)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -69,6 +77,7 @@ def systemd_escape(*args: str) -> str:
 @needs_systemd_escape
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.text(alphabet=st.characters(blacklist_categories=["Cs"], min_codepoint=1), min_size=1))
+@pytest.mark.slow
 def test_escape_is_systemd_escape_and_round_trips(text: str) -> None:
     escaped = systemd_escape("--", text)
     assert sd.escape(text) == escaped
@@ -124,7 +133,57 @@ def test_distinct_keys_get_distinct_units_and_environment_files(keys: list[str])
     assert len({sd.file_stem(i) for i in instances}) == len(keys)
     for instance in instances:
         assert len(instance) <= limit
-        assert sd._UNIT_NAME_CHARS.match(instance)
+        assert sd_names.UNIT_NAME_CHARS.match(instance)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.text(
+                alphabet=st.sampled_from(list("ax2dbf0/-\\.é ")) | st.characters(min_codepoint=32),
+                min_size=1,
+                max_size=120,
+            ),
+            st.sampled_from([0, 1, 2, 9, 10, 99, 100, sd_names.MAX_REPLICAS - 1]),
+        ),
+        min_size=2,
+        max_size=6,
+        unique=True,
+    )
+)
+def test_replicas_get_distinct_bounded_units_and_files(units: list[tuple[str, int]]) -> None:
+    """Every replica of every key: its own instance and environment file, within the limit,
+    and read back as that replica of an instance of its key's group."""
+    limit = sd.MAX_UNIT_NAME - len("osrdyne-worker@.service")
+    instances = {sd_names.replica_instance("core", k, r, limit=limit) for k, r in units}
+    assert len(instances) == len(units)
+    assert len({sd.file_stem(i) for i in instances}) == len(units)
+    for key, replica in units:
+        instance = sd_names.replica_instance("core", key, replica, limit=limit)
+        assert len(instance) <= limit and sd_names.UNIT_NAME_CHARS.match(instance)
+        first, found = sd_names.split_replica(instance)
+        assert found == replica
+        assert first == sd_names.instance_name(
+            "core", key, limit=limit - bool(replica) * sd_names.REPLICA_ROOM
+        )
+        if replica:
+            pattern = sd_names.replicas_glob("core", key, limit=limit)
+            assert fnmatch.fnmatchcase(instance, pattern)
+
+
+def test_replica_zero_keeps_the_name_of_a_group_of_one_unit() -> None:
+    """Units started before groups had several keep their names (a new controller adopts
+    them); the others carry their replica after the hash mark."""
+    limit = sd.MAX_UNIT_NAME - len("osrdyne-worker@.service")
+    for key in HOSTILE_KEYS:
+        assert sd_names.replica_instance("core", key, 0, limit=limit) == sd.instance_name(
+            "core", key, limit=limit
+        )
+    assert sd_names.replica_instance("core", "hot", 3, limit=limit) == "core-hot\\x2f3"
+    for replica in (-1, sd_names.MAX_REPLICAS):
+        with pytest.raises(ValueError, match="replica"):
+            sd_names.replica_instance("core", "hot", replica, limit=limit)
 
 
 def test_hostile_keys_get_distinct_valid_names() -> None:
@@ -133,7 +192,7 @@ def test_hostile_keys_get_distinct_valid_names() -> None:
     assert len(set(instances)) == len(HOSTILE_KEYS)
     assert len({sd.file_stem(i) for i in instances}) == len(HOSTILE_KEYS)
     for instance in instances:
-        assert sd._UNIT_NAME_CHARS.match(instance) and "/" not in sd.file_stem(instance)
+        assert sd_names.UNIT_NAME_CHARS.match(instance) and "/" not in sd.file_stem(instance)
         assert not sd.file_stem(instance).startswith(".")
 
 
@@ -161,6 +220,10 @@ def test_pools_that_cannot_name_units_are_refused() -> None:
         {"environment": {"X": "line\nbreak"}},
         {"environment": {"X": "\ufffe"}},
         {"max_groups": 0},
+        {"max_units": 0},
+        {"workers": 0},
+        {"workers": 10000},
+        {"workers": 3, "max_units": 2},
         {"unknown": 1},
     ],
 )
@@ -169,36 +232,65 @@ def test_settings_refuse_hostile_values(options: dict[str, Any]) -> None:
         registry.parse_sections({"systemd": options})
 
 
+def test_a_bad_unit_cap_is_refused_with_the_option_named() -> None:
+    with pytest.raises(ValueError, match=r"max_units \(2\) is below workers \(3\)"):
+        registry.parse_sections({"systemd": {"workers": 3, "max_units": 2}})
+
+
+def test_capacity_is_the_groups_the_caps_leave_room_for() -> None:
+    context = base.PoolContext(pool="core", amqp_uri="amqp://localhost")
+    assert sd.SystemdDriver(context, sd.SystemdSettings()).capacity() is None
+    assert sd.SystemdDriver(context, sd.SystemdSettings(max_groups=4)).capacity() == 4
+    units = sd.SystemdSettings(workers=2, max_units=7)
+    assert sd.SystemdDriver(context, units).capacity() == 3
+    both = sd.SystemdSettings(workers=2, max_units=7, max_groups=2)
+    assert sd.SystemdDriver(context, both).capacity() == 2
+
+
+@pytest.mark.parametrize(
+    ("groups", "sizes", "planned", "outdated"),
+    [
+        # Each group at `workers` (2), current: nothing to do.
+        ({"a": {0: True, 1: True}}, {}, {}, set()),
+        # Asked for 3, two running: the third to start. Asked sizes of unlisted groups go.
+        ({"a": {0: True, 1: True}}, {"a": 3, "gone": 4}, {"a": 3}, {"a"}),
+        # Shrunk to 1, replica 1 still stopping: converge (stop it).
+        ({"a": {0: True, 1: True}}, {"a": 1}, {"a": 1}, {"a"}),
+        # A grown group nobody sized (a restarted controller): adopted at its size.
+        ({"a": {0: True, 1: True, 2: True, 3: True}}, {}, {"a": 4}, set()),
+        # Grown but with a gap, or a unit of another version: back to `workers`.
+        ({"a": {0: True, 1: True, 3: True}}, {}, {}, {"a"}),
+        ({"a": {0: True, 1: True, 2: False}}, {}, {}, {"a"}),
+        # A unit of another version (or failed long enough) in a sized group.
+        ({"a": {0: False, 1: True}}, {"a": 2}, {"a": 2}, {"a"}),
+        # Replica 0 gone (stopped by hand): started again.
+        ({"a": {1: True}}, {}, {}, {"a"}),
+    ],
+)
+def test_a_listing_plans_sizes_and_the_groups_to_converge(
+    groups: dict[str, dict[int, bool]],
+    sizes: dict[str, int],
+    planned: dict[str, int],
+    outdated: set[str],
+) -> None:
+    assert sd_driver.plan_sizes(groups, sizes, workers=2) == (planned, outdated)
+
+
 def test_registered_and_its_defaults_work() -> None:
     assert registry.KINDS["systemd"].settings is sd.SystemdSettings
     driver = registry.make_driver(
         "systemd", {}, base.PoolContext(pool="core", amqp_uri="amqp://localhost")
     )
     assert isinstance(driver, sd.SystemdDriver)
-    assert isinstance(driver, base.Describes | base.Upgrades | base.Capacity)
+    for protocol in (base.Describes, base.Upgrades, base.Capacity, base.Sizes):
+        assert isinstance(driver, protocol), protocol
 
 
 # -- against the real systemd ------------------------------------------------------------
 
 
-def listed_units(host: SystemdHost, pattern: str = "osrdyne-worker@*") -> set[str]:
-    done = host.systemctl("list-units", "--all", "--plain", "--no-legend", pattern)
-    assert done.returncode == 0, done.stderr
-    return {line.split()[0] for line in done.stdout.splitlines() if line.strip()}
-
-
-async def eventually(check: Any, what: str, *, seconds: float = 60) -> Any:
-    """Poll `check()` (sync or async) until it returns something truthy, bounded."""
-    deadline = asyncio.get_running_loop().time() + seconds
-    while True:
-        result = check()
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return result
-        if asyncio.get_running_loop().time() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        await asyncio.sleep(0.2)
+#: This module's waits: their bound, and their pace (a poll may run systemctl in the container).
+eventually = functools.partial(waiting.eventually, timeout=60, interval=0.2)
 
 
 async def test_start_list_describe_stop_with_hostile_keys(
@@ -206,9 +298,9 @@ async def test_start_list_describe_stop_with_hostile_keys(
 ) -> None:
     driver = systemd_driver()
     keys = ['"$HOME" ${WORKER_POOL} `id` \\ \'', "0xff", "k" * 255]
-    for key in keys:
-        await driver.start(key)
-        await driver.start(key)  # idempotent
+    # Started at once (as the group loop does), then again: idempotent.
+    await asyncio.gather(*(driver.start(key) for key in keys))
+    await asyncio.gather(*(driver.start(key) for key in keys))
     assert await driver.list() == set(keys)
     assert driver.outdated() == set()
     units = listed_units(systemd_host)
@@ -219,19 +311,19 @@ async def test_start_list_describe_stop_with_hostile_keys(
         assert len(unit) <= sd.MAX_UNIT_NAME
         path = driver.environment_file(key)
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
-        variables = sd._read_environment(path)
+        variables = sd_environment.read_environment(path)
         assert variables is not None and variables["WORKER_KEY"] == key
         assert variables["WORKER_POOL"] == pool_name
         files.add(path)
         # The unit's own environment (read by systemd from the file) holds exactly this key.
         environ = await worker_environ(systemd_host, unit)
         assert environ["WORKER_KEY"] == key
-        assert environ["WORKER_ID"] == sd.names.object_name(pool_name, key)
+        assert environ["WORKER_ID"] == names.object_name(pool_name, key)
     # One file per instance, and no file holds another group's key.
     assert len(files) == len(keys)
     for path in files:
         text = path.read_text()
-        assert sum(sd._quote(k) in text for k in keys) == 1
+        assert sum(sd_environment.quote(k) in text for k in keys) == 1
     described = driver.describe()
     assert set(described) == set(keys)
     for key, (info,) in described.items():
@@ -242,14 +334,13 @@ async def test_start_list_describe_stop_with_hostile_keys(
     other = systemd_driver()
     assert await other.list() == set(keys)
 
-    for key in keys:
-        await driver.stop(key)
-        await driver.stop(key)  # idempotent
-        assert not driver.environment_file(key).exists()
+    await asyncio.gather(*(driver.stop(key) for key in keys))
+    await asyncio.gather(*(driver.stop(key) for key in keys))  # idempotent
+    assert not any(driver.environment_file(key).exists() for key in keys)
     assert await driver.list() == set()
     await eventually(
         lambda: not any(driver.unit_name(k) in listed_units(systemd_host) for k in keys),
-        "the stopped units to go",
+        what="the stopped units to go",
     )
 
 
@@ -280,8 +371,67 @@ async def worker_environ(host: SystemdHost, unit: str, *, other_than: int = 0) -
         environ = _environ(host, pid)
         return {**environ, "PID": str(pid)} if "WORKER_KEY" in environ else None
 
-    found: dict[str, str] = await eventually(read, f"the worker of {unit}")
+    found: dict[str, str] = await eventually(read, what=f"the worker of {unit}")
     return found
+
+
+async def test_a_group_runs_one_unit_per_worker_and_shrinks_from_the_highest(
+    systemd_driver: Any, systemd_host: SystemdHost
+) -> None:
+    """`Sizes` on the real systemd: a group of three is three units of its key, each with its
+    file and worker id; `max_units` bounds the growth; a fresh driver (a restarted
+    controller) adopts the group at its size; shrinking stops the highest replicas, and
+    stopping the group stops every one of them."""
+    driver = systemd_driver(max_units=4)
+    hot, hashed = "hot", "k" * 255
+    await asyncio.gather(driver.start(hot), driver.start(hashed))
+    await driver.resize("absent", 3)  # no group: nothing
+    assert await driver.list() == {hot, hashed}
+    assert driver.sizes() == {hot: 1, hashed: 1}
+
+    await driver.resize(hot, 3)
+    await driver.resize(hashed, 5)  # max_units leaves it no room
+    assert driver.sizes() == {hot: 3, hashed: 1}
+    assert driver.capacity() == 2  # the groups there are: no room for a new key
+    assert await driver.list() == {hot, hashed} and driver.outdated() == set()
+    units = listed_units(systemd_host)
+    assert {driver.unit_name(hot, r) for r in range(3)} <= units
+    assert driver.unit_name(hashed, 1) not in units
+    described = driver.describe()[hot]
+    assert [info.name for info in described] == [driver.unit_name(hot, r) for r in range(3)]
+    assert len({info.worker_id for info in described}) == 3
+    for replica, info in enumerate(described):
+        assert len(info.name or "") <= sd.MAX_UNIT_NAME
+        environ = await worker_environ(systemd_host, driver.unit_name(hot, replica))
+        assert (environ["WORKER_KEY"], environ["WORKER_ID"]) == (hot, info.worker_id)
+        assert info.worker_id == driver.worker_id(hot, replica)
+
+    adopting = systemd_driver(max_units=4)
+    assert await adopting.list() == {hot, hashed}
+    assert adopting.sizes() == {hot: 3, hashed: 1} and adopting.outdated() == set()
+
+    await driver.resize(hot, 2)
+    assert driver.unit_name(hot, 2) not in listed_units(systemd_host)
+    assert not driver.environment_file(hot, 2).exists()
+    assert {driver.unit_name(hot, r) for r in range(2)} <= listed_units(systemd_host)
+    await driver.resize(hashed, 2)  # room again
+    assert await driver.list() == {hot, hashed} and driver.outdated() == set()
+    assert driver.sizes() == {hot: 2, hashed: 2}
+    assert [len(workers) for workers in map(driver.describe().get, (hot, hashed))] == [2, 2]
+
+    await asyncio.gather(driver.stop(hot), driver.stop(hashed))
+    await driver.resize(hot, 2)  # a stopped group is not brought back by a late resize
+    assert driver.sizes() == {}
+    assert await driver.list() == set()
+    for key in (hot, hashed):
+        assert not any(driver.environment_file(key, r).exists() for r in range(3))
+    await eventually(
+        lambda: (
+            not {driver.unit_name(k, r) for k in (hot, hashed) for r in range(3)}
+            & listed_units(systemd_host)
+        ),
+        what="the stopped units to go",
+    )
 
 
 async def test_an_environment_file_without_its_unit_is_removed(
@@ -312,7 +462,7 @@ async def test_a_killed_worker_is_restarted_by_systemd_and_counted(
     key = "crash/me"
     await driver.start(key)
     unit = driver.unit_name(key)
-    first = await eventually(lambda: _main_pid(systemd_host, unit), "the worker's process")
+    first = await eventually(lambda: _main_pid(systemd_host, unit), what="the worker's process")
     await driver.list()
     killed = systemd_host.systemctl("kill", "--kill-whom=main", "--signal=SIGKILL", unit)
     assert killed.returncode == 0, killed.stderr
@@ -322,7 +472,7 @@ async def test_a_killed_worker_is_restarted_by_systemd_and_counted(
         (info,) = driver.describe().get(key, (None,))
         return info if info is not None and info.restarts >= 1 and info.pid else None
 
-    info = await eventually(restarted, "systemd to restart the worker")
+    info = await eventually(restarted, what="systemd to restart the worker")
     assert info.restarts == 1
     assert info.last_exit == -9  # SIGKILL, as systemd reported it
     assert info.pid != first
@@ -337,7 +487,7 @@ async def test_a_new_version_restarts_the_unit_with_its_new_environment(
     old = systemd_driver(environment={"FLAVOUR": "old"})
     await old.start(key)
     unit = old.unit_name(key)
-    first = await eventually(lambda: _main_pid(systemd_host, unit), "the worker's process")
+    first = await eventually(lambda: _main_pid(systemd_host, unit), what="the worker's process")
     new = systemd_driver(environment={"FLAVOUR": "new"})
     assert new.version != old.version
     assert await new.list() == {key}
@@ -366,7 +516,7 @@ async def test_a_crash_loop_ends_failed_and_is_started_again_after_the_delay(
         done = systemd_host.systemctl("show", "-p", "ActiveState", "--value", unit)
         return done.stdout.strip() == "failed"
 
-    await eventually(failed, "systemd to give up on the crash loop")
+    await eventually(failed, what="systemd to give up on the crash loop")
     assert await patient.list() == {key}
     ((info,),) = patient.describe().values()
     assert info.last_exit == 1
@@ -406,60 +556,63 @@ async def test_failures_are_answered(systemd_driver: Any, tmp_path: Path) -> Non
 
 
 async def test_a_controller_with_the_systemd_driver_answers_two_keys(
-    pool: str,
-    tmp_path: Path,
-    client: Client,
-    systemd_host: SystemdHost,
-    systemd_driver: Any,
-    amqp_uri: str,
-    repo: Path,
+    pool: str, client: Client, systemd_host: SystemdHost, systemd_controller: Any
 ) -> None:
     """Done-when of issue 21: two keys answered by units of the real systemd, shown by
     `systemctl list-units 'osrdyne-worker@*'`, gone once their groups stop."""
     keys = ["Infra/42 é — spaces & ünïcode", "second"]
-    options = {
-        "bus_address": systemd_host.bus,
-        "environment": {
-            "PYTHONPATH": str(repo),
-            "PYTHONDONTWRITEBYTECODE": "1",
-            "WORKER_ACTIVITY_INTERVAL": "0.5",
-            "WORKER_DRAIN_TIMEOUT": "2",
-        },
-    }
-    settings = controller_settings(
-        pool,
-        tmp_path,
-        amqp={"worker_url": amqp_uri},
-        groups={"unbind_delay": 3, "stop_delay": 3},
-        driver={"kind": "systemd", "systemd": options},
-    )
-    controller = Controller(settings)
-    assert isinstance(controller.driver, sd.SystemdDriver)
+    controller = await systemd_controller(groups={"unbind_delay": 3, "stop_delay": 3})
     driver = controller.driver
-    task = asyncio.create_task(controller.run(), name=f"controller {pool}")
+    for key in keys:
+        answer = await client.call(pool, key, b"hi " + key.encode(), timeout=90)
+        assert answer.ok, answer
+        assert answer.body == b"hi " + key.encode()
+        who = json.loads((await client.call(pool, key, path="whoami", timeout=60)).body)
+        assert who["key"] == key
+    units = listed_units(systemd_host)
+    assert {driver.unit_name(k) for k in keys} <= units
+
+    # Idle groups stop (two stages): their units and environment files go.
+    def gone() -> bool:
+        if {driver.unit_name(k) for k in keys} & listed_units(systemd_host):
+            return False
+        return not any(driver.environment_file(k).exists() for k in keys)
+
+    await eventually(gone, what="the idle groups' units and files to go", timeout=120)
+
+
+async def test_a_unit_that_cannot_start_is_answered_with_the_reason_then_serves_again(
+    pool: str, client: Client, systemd_host: SystemdHost, systemd_controller: Any
+) -> None:
+    """Issue 35 on the systemd driver: the echo worker needs a file that is missing in the
+    container, so each start of its unit reports why and exits; the caller is answered
+    `start_failed` with that reason instead of at its deadline. The file created in the
+    container, the next start serves, and the group is no longer failing."""
+    required = f"/run/osrdyne-needed-{pool}"
+    controller = await systemd_controller(
+        groups={"failing_after": 2},
+        environment={"ECHO_REQUIRE_FILE": required},
+        systemd={"failed_restart_delay": 1},
+    )
     try:
-        await asyncio.wait_for(controller.wait_leader(), 30)
-        for key in keys:
-            answer = await client.call(pool, key, b"hi " + key.encode(), timeout=90)
-            assert answer.ok, answer
-            assert answer.body == b"hi " + key.encode()
-            who = json.loads((await client.call(pool, key, path="whoami", timeout=60)).body)
-            assert who["key"] == key
-        units = listed_units(systemd_host)
-        assert {driver.unit_name(k) for k in keys} <= units
+        answer = await client.call(pool, "needs-file", b"x", timeout=120)
+        assert answer.status == "start_failed", answer
+        assert "FileNotFoundError" in answer.json()["details"]["reason"]
+        assert controller.status().groups["needs-file"].failing_reason is not None
 
-        # Idle groups stop (two stages): their units and environment files go.
-        def gone() -> bool:
-            if {driver.unit_name(k) for k in keys} & listed_units(systemd_host):
-                return False
-            return not any(driver.environment_file(k).exists() for k in keys)
+        assert systemd_host.run("touch", required).returncode == 0
 
-        await eventually(gone, "the idle groups' units and files to go", seconds=120)
+        async def served() -> Any:
+            again = await client.call(pool, "needs-file", b"again", timeout=60)
+            return again if again.ok else None
+
+        assert (await eventually(served, what="the group serves", timeout=180)).body == b"again"
+        await eventually(
+            lambda: controller.status().groups["needs-file"].failing_reason is None,
+            what="the group no longer failing",
+        )
     finally:
-        controller.stop()
-        await asyncio.wait_for(task, 60)
-        # Whatever the test left, the fixture's clean-up finds it through a driver of the pool.
-        systemd_driver(pool=pool)
+        systemd_host.run("rm", "-f", required)
 
 
 async def test_the_controller_unit_runs_a_pool_on_systemd(
@@ -529,7 +682,7 @@ async def test_the_controller_unit_runs_a_pool_on_systemd(
                 return False
             return True
 
-        await eventually(declared, "the controller to declare its pool", seconds=120)
+        await eventually(declared, what="the controller to declare its pool", timeout=120)
         answer = await client.call(pool, key, b"hello", timeout=120)
         assert answer.ok, answer
         assert answer.body == b"hello"

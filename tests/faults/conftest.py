@@ -172,12 +172,13 @@ class Caller:
                 exchange = await self.channel.get_exchange(
                     PoolNames(pool).request_exchange, ensure=False
                 )
-                await exchange.publish(
-                    message,
-                    routing_key=key,
-                    mandatory=True,  # type: ignore[arg-type]
-                    timeout=10,
-                )
+                with wire.lost_not_cancelled("fault test caller"):
+                    await exchange.publish(
+                        message,
+                        routing_key=key,
+                        mandatory=True,  # type: ignore[arg-type]
+                        timeout=10,
+                    )
                 break
             except PUBLISH_ERRORS:
                 if time.monotonic() > deadline:

@@ -7,12 +7,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from osrdyne import Client
 from tests import broker
 from tests.faults.conftest import ControllerProcess, process_settings, workers_of
 from tests.waiting import eventually
 
 
+@pytest.mark.slow
 async def test_sigkilled_controller_is_replaced_without_duplicate_groups(
     pool: str,
     client: Client,

@@ -16,6 +16,7 @@ from tests.faults.report import Tally
 pytestmark = pytest.mark.timeout(120)
 
 
+@pytest.mark.slow
 async def test_requests_behind_a_slow_worker_expire_and_are_answered(
     pool: str,
     make_controller: Callable[..., Awaitable[Running]],
@@ -44,13 +45,16 @@ async def test_requests_for_a_key_whose_workers_cannot_start_expire(
     make_caller: Callable[..., Awaitable[Caller]],
     make_tally: Callable[..., Tally],
 ) -> None:
+    """Below the failing threshold (a group that fails to start is answered `start_failed`,
+    tests/dispatch/test_failing_groups.py), the requests of a crash-looping group expire."""
     tally = make_tally(
-        "TTL 2 s, workers exit at once (crash loop)",
+        "TTL 2 s, workers exit at once (crash loop, failing threshold not reached)",
         "the group is started, its queue created, its requests expire",
     )
     running = await make_controller(
         pool,
         queues={"message_ttl": 2},
+        groups={"failing_after": 1000},
         driver={
             "kind": "subprocess",
             "subprocess": {

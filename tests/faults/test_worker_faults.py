@@ -21,6 +21,7 @@ from tests.waiting import eventually
 pytestmark = pytest.mark.timeout(120)
 
 
+@pytest.mark.slow
 async def test_worker_sigkilled_mid_request_is_redelivered_and_answered(
     pool: str,
     make_controller: Callable[..., Awaitable[Running]],
@@ -57,6 +58,7 @@ async def poison_count(url: str, pool: str) -> int:
         return int(queue.declaration_result.message_count or 0)
 
 
+@pytest.mark.slow
 async def test_request_crashing_every_worker_dies_as_delivery_limit_and_is_kept(
     pool: str,
     amqp_url: str,
@@ -69,7 +71,7 @@ async def test_request_crashing_every_worker_dies_as_delivery_limit_and_is_kept(
         "poison answered delivery_limit and kept in P-poison; requests prefetched by the "
         "crashing worker are redelivered too and may share its fate",
     )
-    await make_controller(pool, queues={"delivery_limit": 2})
+    running = await make_controller(pool, queues={"delivery_limit": 2})
     caller = await make_caller(tally)
     await caller.send(pool, "fragile", b"warm-up")
     assert not await caller.settle(60, grace=0)
@@ -91,6 +93,10 @@ async def test_request_crashing_every_worker_dies_as_delivery_limit_and_is_kept(
     assert not await caller.settle(60)
     assert caller.statuses(after) == {Status.OK: 5}
     assert tally.row()["duplicated"] == 0
+    # Workers that served and then crashed are no failed starts: the group was never failing
+    # (its requests would have been answered start_failed instead).
+    kinds = [e.kind.value for e in running.controller.history.events("fragile")]
+    assert "failing" not in kinds
 
 
 def _dead(tally: Tally, cids: list[str]) -> int:

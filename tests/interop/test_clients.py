@@ -150,6 +150,7 @@ async def test_pika(serving: str, pool: str, amqp_url: str) -> None:
 # -- Node's amqplib -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_node_amqplib(serving: str, pool: str, amqp_url: str) -> None:
     node = shutil.which("node")
     assert node and (HERE / "node" / "node_modules" / "amqplib").is_dir(), (

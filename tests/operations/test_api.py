@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import pytest
 
 from osrdyne import Client
 from tests.operations.conftest import ServeApi
@@ -36,6 +37,7 @@ async def group(http: httpx.AsyncClient, key: str) -> dict[str, Any] | None:
     return found
 
 
+@pytest.mark.slow
 async def test_health_ready_and_the_status_of_an_active_group(
     make_controller: Any, serve_api: ServeApi, client: Client, pool: str
 ) -> None:
@@ -62,6 +64,7 @@ async def test_health_ready_and_the_status_of_an_active_group(
     assert gens["tracker"] >= 1 and gens["queues"] >= 1 and gens["groups"] >= 1
 
 
+@pytest.mark.slow
 async def test_status_follows_a_group_from_active_to_unbound_to_stopped(
     make_controller: Any, serve_api: ServeApi, client: Client, pool: str
 ) -> None:
@@ -85,6 +88,7 @@ async def test_status_follows_a_group_from_active_to_unbound_to_stopped(
     assert (await http.get("/status")).json()["groups"] == {}
 
 
+@pytest.mark.slow
 async def test_oldest_message_age_of_a_classic_queue(
     make_controller: Any, serve_api: ServeApi, client: Client, pool: str
 ) -> None:
@@ -103,6 +107,7 @@ async def test_oldest_message_age_of_a_classic_queue(
     assert g["consumers"] == 0
 
 
+@pytest.mark.slow
 async def test_the_scaling_pulse_turns_503_with_a_backlog(
     make_controller: Any, serve_api: ServeApi, client: Client, pool: str
 ) -> None:
@@ -137,6 +142,7 @@ async def test_the_bearer_token_is_required_but_for_health(
         assert (await http.get(path, headers=right)).status_code in (200, 503), path
 
 
+@pytest.mark.slow
 async def test_status_pages_filters_and_sorts_groups_from_memory(
     make_controller: Any, serve_api: ServeApi, client: Client, pool: str
 ) -> None:

@@ -69,6 +69,22 @@ async def test_request_and_group_lines_carry_their_fields(
     assert ready["pool"] == pool and ready["worker_id"]
 
 
+async def test_a_stopped_controller_says_it_stops_not_that_it_connects(
+    json_lines: Callable[[], list[dict[str, Any]]], make_controller: Any, pool: str
+) -> None:
+    running = await make_controller(pool)
+    before = len(json_lines())
+    await running.stop()
+    roles = [
+        d["event"]
+        for d in json_lines()[before:]
+        if d["event"].startswith(f"controller of pool {pool!r}:")
+    ]
+    assert roles == [
+        f"controller of pool {pool!r}: stopped after 1 sessions; closing its driver and API"
+    ]
+
+
 async def test_the_amqp_password_is_never_printed(
     json_lines: Callable[[], list[dict[str, Any]]],
     make_controller: Any,

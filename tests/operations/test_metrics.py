@@ -7,6 +7,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+import pytest
+
 from osrdyne import Client, Status
 from tests.operations.conftest import ServeApi, sample, scrape
 from tests.waiting import eventually
@@ -39,6 +41,7 @@ async def test_a_cold_request_is_an_orphan_and_a_cold_start(
     assert sample(samples, "osrdyne_leader") == 1
 
 
+@pytest.mark.slow
 async def test_fast_path_requests_are_counted_from_the_exchange_statistics(
     make_controller: Any, serve_api: ServeApi, client: Client, pool: str
 ) -> None:

@@ -13,6 +13,7 @@ from tests.spark.conftest import (  # noqa: F401 - fixtures, found by pytest thr
     dataset_root,
     datasets,
     make_app,
+    run_query_workers,
     spark,
 )
 

@@ -65,6 +65,7 @@ MALFORMED = [
 ]
 
 
+@pytest.mark.slow
 async def test_the_api_answers_401_to_any_wrong_header_and_never_shows_a_password(
     api: tuple[Running, int],
 ) -> None:

@@ -56,6 +56,7 @@ async def test_a_header_that_is_not_text_is_answered_once_on_a_cold_key(
     assert (await client.call(pool, "cold", b"fine", timeout=60)).body == b"fine"
 
 
+@pytest.mark.slow
 async def test_a_header_that_is_not_text_is_answered_by_a_warm_worker_which_goes_on(
     pool: str, make_controller: Callable[..., Awaitable[Running]], client: Client
 ) -> None:

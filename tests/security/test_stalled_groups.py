@@ -19,6 +19,7 @@ from tests.waiting import eventually
 pytestmark = pytest.mark.timeout(120)
 
 
+@pytest.mark.slow
 async def test_a_hung_worker_shows_as_stalled(
     pool: str, amqp_url: str, make_controller: Callable[..., Awaitable[Running]]
 ) -> None:

@@ -28,6 +28,7 @@ WORKER = {
 }
 
 
+@pytest.mark.slow
 async def test_a_stuck_async_handler_is_answered_and_the_worker_goes_on(
     pool: str, make_controller: Callable[..., Awaitable[Running]], client: Client
 ) -> None:

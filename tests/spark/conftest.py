@@ -13,8 +13,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +119,55 @@ def make_app(spark: Any, datasets: Path) -> Callable[..., SparkWorker]:
         return app
 
     return make
+
+
+@pytest.fixture
+def run_query_workers(
+    pool: str, make_controller: Callable[..., Awaitable[Any]], datasets: Path, tmp_path: Path
+) -> Callable[..., Awaitable[Any]]:
+    """Starts a controller of the test's pool whose subprocess driver runs real query worker
+    processes over `datasets`: `memory` is each one's driver heap, `env` more of their
+    environment, `subprocess` more options of the driver (`standby`...); `scaling` the
+    controller's group scaler settings (none: no scaler)."""
+
+    async def run(*, scaling: dict[str, Any] | None = None, **options: Any) -> Any:
+        controller = {} if scaling is None else {"scaling": scaling}
+        return await make_controller(
+            pool, driver=query_worker_driver(tmp_path, datasets, **options), **controller
+        )
+
+    return run
+
+
+def query_worker_driver(
+    tmp_path: Path,
+    root: Path,
+    *,
+    memory: str = "1g",
+    restart_backoff: float = 0.5,
+    env: dict[str, str] | None = None,
+    **subprocess: Any,
+) -> dict[str, Any]:
+    """A subprocess driver's settings running real query worker processes over `root`."""
+    return {
+        "kind": "subprocess",
+        "subprocess": {
+            "command": [sys.executable, "-m", "spark_workers.query_worker"],
+            "env": {
+                "WORKER_ACTIVITY_INTERVAL": "1",
+                "WORKER_DRAIN_TIMEOUT": "5",
+                "SPARK_WORKER_DATASET_ROOT": str(root),
+                "SPARK_WORKER_MASTER": "local[2]",
+                "SPARK_WORKER_DRIVER_MEMORY": memory,
+                "SPARK_LOCAL_IP": "127.0.0.1",
+                **(env or {}),
+            },
+            "owner": str(tmp_path / "workers"),
+            "stop_timeout": 10,
+            "restart_backoff": restart_backoff,
+            **subprocess,
+        },
+    }
 
 
 class FakeMessage:

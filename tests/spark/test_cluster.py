@@ -1,8 +1,8 @@
 """Scale-out: the same pipeline and the same query worker run on a Spark standalone cluster
 started from the pyspark distribution itself (`spark-class ...Master` / `...Worker` on
-127.0.0.1), end to end through osrdyne: the pipeline generates and ingests a dataset on the
-cluster, then a controller starts the query worker group with `SPARK_WORKER_MASTER=spark://...`
-through its subprocess driver, and `osrdyne.Client` gets the answer.
+127.0.0.1), end to end through osrdyne: the pipeline ingests a dataset on the cluster, then a
+controller starts the query worker group with `SPARK_WORKER_MASTER=spark://...` through its
+subprocess driver, and `osrdyne.Client` gets the answer.
 """
 
 from __future__ import annotations
@@ -17,12 +17,14 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pyspark
 import pytest
 
 from osrdyne import Client
+from spark_workers import pipeline as spark_pipeline
 from tests.conftest import Running
 
 pytestmark = pytest.mark.timeout(420)
@@ -111,6 +113,7 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
 
 async def test_pipeline_and_query_worker_on_a_standalone_cluster(
     cluster: Cluster,
+    spark: Any,
     pool: str,
     make_controller: Callable[..., Awaitable[Running]],
     client: Client,
@@ -118,16 +121,20 @@ async def test_pipeline_and_query_worker_on_a_standalone_cluster(
 ) -> None:
     raw, root = tmp_path / "raw", tmp_path / "datasets"
     rows = 3_000
-    pipeline = [sys.executable, "-m", "spark_workers.pipeline"]
+    # The raw files come from the test's own session (the generator is not what runs on the
+    # cluster here: one application less to start); the ingest job runs on the cluster.
+    trips = spark_pipeline.trips(spark, rows, 42).repartition(2)
+    await asyncio.to_thread(trips.write.option("header", "true").csv, str(raw))
+    ingest = [sys.executable, "-m", "spark_workers.pipeline", "ingest", str(raw), str(root)]
     env = {**os.environ, **LOOPBACK, "PYSPARK_PYTHON": sys.executable}
-    for step in (
-        ["generate", str(raw), "--rows", str(rows), "--master", cluster.url],
-        ["ingest", str(raw), str(root), "--name", "trips", "--master", cluster.url],
-    ):
-        done = await asyncio.to_thread(
-            subprocess.run, [*pipeline, *step], env=env, capture_output=True, timeout=300
-        )
-        assert done.returncode == 0, done.stdout.decode()[-2000:] + done.stderr.decode()[-2000:]
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [*ingest, "--name", "trips", "--master", cluster.url],
+        env=env,
+        capture_output=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout.decode()[-2000:] + done.stderr.decode()[-2000:]
 
     # The query worker group, started by a controller through its subprocess driver.
     await make_controller(
@@ -154,10 +161,10 @@ async def test_pipeline_and_query_worker_on_a_standalone_cluster(
     found = response.json()["rows"]
     assert sum(r["n"] for r in found) == rows and len(found) == 8
 
-    # Both really ran on the cluster: the master lists the pipeline's two applications and
-    # the worker's, still running.
+    # Both really ran on the cluster: the master lists the pipeline's application and the
+    # worker's, still running.
     state = httpx.get(f"{cluster.ui}/json/", timeout=10).json()
     done_apps = [app["name"] for app in state.get("completedapps", [])]
     running_apps = [app["name"] for app in state.get("activeapps", [])]
-    assert done_apps.count("osrdyne-pipeline") == 2, state
+    assert done_apps.count("osrdyne-pipeline") == 1, state
     assert "osrdyne-spark-worker" in running_apps, state

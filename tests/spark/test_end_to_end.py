@@ -8,9 +8,7 @@ starts, so their workers are cheap).
 from __future__ import annotations
 
 import io
-import sys
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -22,34 +20,10 @@ from tests.spark.conftest import TRIPS_ROWS
 pytestmark = pytest.mark.timeout(240)
 
 
-def spark_driver(tmp_path: Path, dataset_root: Path) -> dict[str, Any]:
-    return {
-        "kind": "subprocess",
-        "subprocess": {
-            "command": [sys.executable, "-m", "spark_workers.query_worker"],
-            "env": {
-                "WORKER_ACTIVITY_INTERVAL": "1",
-                "WORKER_DRAIN_TIMEOUT": "5",
-                "SPARK_WORKER_DATASET_ROOT": str(dataset_root),
-                "SPARK_WORKER_MASTER": "local[2]",
-                "SPARK_WORKER_DRIVER_MEMORY": "1g",
-                "SPARK_LOCAL_IP": "127.0.0.1",
-            },
-            "owner": str(tmp_path / "workers"),
-            "stop_timeout": 10,
-            "restart_backoff": 0.5,
-        },
-    }
-
-
 async def test_query_worker_through_osrdyne(
-    pool: str,
-    make_controller: Callable[..., Awaitable[Any]],
-    client: Client,
-    datasets: Path,
-    tmp_path: Path,
+    pool: str, run_query_workers: Callable[..., Awaitable[Any]], client: Client
 ) -> None:
-    await make_controller(pool, driver=spark_driver(tmp_path, datasets))
+    await run_query_workers()
 
     # Cold: the controller starts a worker, which starts Spark and loads the dataset.
     first = await client.call(
@@ -88,11 +62,7 @@ async def test_query_worker_through_osrdyne(
 
 
 async def test_a_standby_query_worker_holds_spark_and_loads_a_new_key(
-    pool: str,
-    make_controller: Callable[..., Awaitable[Any]],
-    client: Client,
-    datasets: Path,
-    tmp_path: Path,
+    pool: str, run_query_workers: Callable[..., Awaitable[Any]], client: Client
 ) -> None:
     """With `standby = 1` the query worker starts Spark before it has a key; a new key's
     first request is answered by that very process, which only loaded its dataset."""
@@ -101,9 +71,7 @@ async def test_a_standby_query_worker_holds_spark_and_loads_a_new_key(
     from tests import broker
     from tests.waiting import eventually
 
-    driver_settings = spark_driver(tmp_path, datasets)
-    driver_settings["subprocess"]["standby"] = 1
-    running = await make_controller(pool, driver=driver_settings)
+    running = await run_query_workers(standby=1)
     driver = running.controller.driver
     assert isinstance(driver, SubprocessDriver)
     names = PoolNames(pool)

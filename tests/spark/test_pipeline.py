@@ -37,7 +37,7 @@ def test_generate_then_ingest_partitioned(spark: Any, tmp_path: Path) -> None:
         ],
     )
     assert result.exit_code == 0, result.output
-    assert "[4/4] writing parquet" in result.output and "rows 500" in result.output
+    assert "[2/2] ingesting json" in result.output and "rows 500, bad rows 0" in result.output
     target = root / "trips@v1"
     assert sorted(p.name for p in target.iterdir() if p.is_dir())[0].startswith("city=")
     df = Catalog(str(root)).load(spark, "trips@v1/city=Paris")

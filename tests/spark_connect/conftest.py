@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import tenacity
 
 from spark_workers import SparkWorkerSettings, connect, pipeline
 from tests.spark.conftest import (  # noqa: F401 - the embedded session (tests/spark's), for
@@ -114,13 +115,25 @@ def connect_datasets(connect_url: str, tmp_path_factory: pytest.TempPathFactory)
     return root
 
 
+@tenacity.retry(
+    retry=tenacity.retry_if_exception_type(OSError),  # timeouts and refused connections
+    stop=tenacity.stop_after_attempt(4),
+    wait=tenacity.wait_fixed(1),
+    reraise=True,
+)
+def server_api(path: str) -> Any:
+    """GET `path` of the server's application in its REST API (the UI's). A server busy with
+    the other tests' JVMs can take more than its timeout to answer one read: read again."""
+    base = f"http://127.0.0.1:{UI_PORT}/api/v1/applications"
+    with urllib.request.urlopen(base, timeout=30) as answer:
+        app = json.load(answer)[0]["id"]
+    with urllib.request.urlopen(f"{base}/{app}/{path}", timeout=30) as answer:
+        return json.load(answer)
+
+
 def storage() -> list[dict[str, Any]]:
     """The blocks the server holds for cached data (its REST API)."""
-    base = f"http://127.0.0.1:{UI_PORT}/api/v1/applications"
-    with urllib.request.urlopen(base, timeout=10) as answer:
-        app = json.load(answer)[0]["id"]
-    with urllib.request.urlopen(f"{base}/{app}/storage/rdd", timeout=10) as answer:
-        return json.load(answer)  # type: ignore[no-any-return]
+    return server_api("storage/rdd")  # type: ignore[no-any-return]
 
 
 def connect_driver(tmp_path: Path, root: Path, url: str, **env: str) -> dict[str, Any]:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from spark_workers import sql_allowlist
 from tests.security.test_allowlist import REFUSED
-from tests.security.test_resources import GENERATED_FROM_CONSTANTS
-from tests.security.test_sql_guard import COMMANDS, REFLECTION
+from tests.security.test_resources import EXPLODING_PLANS, GENERATED_FROM_CONSTANTS
+from tests.security.test_sql_guard import COMMANDS, LEAKS, REFLECTION
 from tests.spark_connect.test_connect_workers import HOSTILE_SQL
 
 BENIGN = [
@@ -251,7 +251,6 @@ STATEMENTS = [
     "SELECT * FROM range(10)",
     "SELECT * FROM RANGE(0, 10)",
     "SELECT * FROM explode(array(1, 2))",
-    "SELECT * FROM read_files('/etc/passwd')",
     "SELECT * FROM json_tuple('{}', 'a')",
     "SELECT * FROM dataset, LATERAL range(3)",
     "SELECT * FROM secret",
@@ -272,18 +271,7 @@ STATEMENTS = [
     "SELECT U&'\\0041' AS u",
     *GENERATED_FROM_CONSTANTS,
     "SELECT repeat('x', times => 1500000000)",
-    "SELECT 1 FROM dataset GROUP BY CUBE(" + ", ".join(["city"] * 24) + ")",
-    "SELECT 1 FROM dataset GROUP BY CUBE(city, fare), CUBE(" + ", ".join(["tip"] * 11) + ")",
 ]
-
-
-def cte_chain(levels: int) -> str:
-    """Each CTE reads the previous one twice (tests/security/test_resources)."""
-    ctes = ["c0 AS (SELECT trip_id, fare FROM dataset)"] + [
-        f"c{i} AS (SELECT * FROM c{i - 1} UNION ALL SELECT * FROM c{i - 1})"
-        for i in range(1, levels + 1)
-    ]
-    return f"WITH {', '.join(ctes)} SELECT count(*) AS n FROM c{levels}"
 
 
 #: How a refused function is spelled: case, quoting, qualifiers, comments, nesting, and
@@ -340,10 +328,10 @@ def hostile() -> list[str]:
     queries = [
         *(sql.format(target="/tmp/osrdyne-never-written") for sql in COMMANDS),
         *REFLECTION,
+        *LEAKS,
         *HOSTILE_SQL,
         *STATEMENTS,
-        cte_chain(30),
-        cte_chain(10),
+        *(sql for sql, _ in EXPLODING_PLANS),
     ]
     for name in REFUSED:
         assert name not in sql_allowlist.ALLOWED_FUNCTIONS

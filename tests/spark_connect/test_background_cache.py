@@ -55,9 +55,9 @@ def test_answers_from_the_source_then_from_the_cache(make_app: Any) -> None:
     def held(app: SparkWorker) -> Any:
         build = app._cache
 
-        def wait_then_build(source: Any) -> None:
+        def wait_then_build(source: Any) -> Any:
             release.wait(120)
-            build(source)
+            return build(source)
 
         return wait_then_build
 
@@ -110,9 +110,9 @@ def test_requests_go_before_the_cache_build(make_app: Any, monkeypatch: pytest.M
     def recorded(app: SparkWorker) -> Any:
         build = app._cache
 
-        def record_then_build(source: Any) -> None:
+        def record_then_build(source: Any) -> Any:
             build_started.set()
-            build(source)
+            return build(source)
 
         return record_then_build
 

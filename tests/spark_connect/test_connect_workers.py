@@ -250,11 +250,4 @@ async def test_the_server_restarting_loses_no_request(
 
 def running_jobs() -> int:
     """Jobs the server is running (its REST API)."""
-    import json
-    import urllib.request
-
-    base = f"http://127.0.0.1:{conftest.UI_PORT}/api/v1/applications"
-    with urllib.request.urlopen(base, timeout=10) as answer:
-        app = json.load(answer)[0]["id"]
-    with urllib.request.urlopen(f"{base}/{app}/jobs?status=running", timeout=10) as answer:
-        return len(json.load(answer))
+    return len(conftest.server_api("jobs?status=running"))

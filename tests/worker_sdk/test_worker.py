@@ -313,3 +313,42 @@ async def test_worker_survives_its_connection_cut_before_and_while_consuming(
 def _started(worker: Worker) -> bool:
     """It has connected and published `started`: now it waits for its queue."""
     return worker._reporter is not None and worker._reporter.sent >= 1
+
+
+@pytest.mark.parametrize("stage", ["startup hook", "waiting for its queue"])
+async def test_a_stop_while_starting_ends_the_worker_without_taking_a_request(
+    pool: str, amqp_url: str, stage: str
+) -> None:
+    """SIGTERM (here `stop`) while a dataset loads or while the queue is not there yet ends
+    the worker at once: before, it finished its start first and the driver had to SIGKILL it
+    after `stop_timeout` (a group stopped as it loads)."""
+    names, key = PoolNames(pool), "k"
+    loading = asyncio.Event()
+    worker = echo_worker(broker.worker_settings(pool, key, id="w1", amqp_uri=amqp_url))
+
+    @worker.on_startup
+    async def load(_: Worker) -> None:
+        loading.set()
+        if stage == "startup hook":
+            await asyncio.Event().wait()  # a load that has not ended when the stop comes
+
+    async with raw_connection(amqp_url) as connection:
+        channel = await connection.channel()
+        await channel.declare_exchange(
+            names.activity_exchange, aio_pika.ExchangeType.FANOUT, auto_delete=True
+        )
+        if stage == "startup hook":
+            await channel.declare_queue(names.request_queue(key))
+        stop = asyncio.Event()
+        serving = asyncio.create_task(worker.serve(stop), name="worker under test")
+        try:
+            await asyncio.wait_for(loading.wait(), 30)
+            stop.set()
+            await asyncio.wait_for(serving, 30)  # a bound, not a measure
+            assert worker.stats.get("ok", 0) == 0
+            if stage == "startup hook":
+                queue = await channel.declare_queue(names.request_queue(key), passive=True)
+                assert queue.declaration_result.consumer_count == 0
+        finally:
+            serving.cancel()
+            await broker.delete_pool_objects(pool)

@@ -138,7 +138,8 @@ function restartsText(group) {
 }
 
 function stateBadges(group) {
-  return [badge(group.state), group.health === "stalled" ? badge("stalled") : null];
+  const trouble = group.health === "stalled" || group.health === "failing";
+  return [badge(group.state), trouble ? badge(group.health, "stalled") : null];
 }
 
 // -- the pool -------------------------------------------------------------------------------
@@ -161,6 +162,7 @@ const KNOWN_STATUS = new Set([
   "group_counts",
   "groups_matching",
   "groups_stalled",
+  "groups_failing",
   "page",
   "queues_read_at",
 ]);
@@ -236,7 +238,7 @@ export class PoolView {
     this.stateFilter = h(
       "select",
       { id: "state-filter", "aria-label": "filter groups by state", onchange: () => this.ask() },
-      ["all", "active", "unbound", "stopping", "unknown", "stalled"].map((v) => h("option", { value: v }, v)),
+      ["all", "active", "unbound", "stopping", "unknown", "stalled", "failing"].map((v) => h("option", { value: v }, v)),
     );
     this.warmKey = h("input", { type: "text", id: "warm-key", placeholder: "key to warm", "aria-label": "key to warm" });
     const warmForm = h(
@@ -313,7 +315,7 @@ export class PoolView {
     if (this.sort.descending) query.descending = "true";
     if (this.filter.value) query.key = this.filter.value;
     const state = this.stateFilter.value;
-    if (state === "stalled") query.health = "stalled";
+    if (state === "stalled" || state === "failing") query.health = state;
     else if (state !== "all") query.state = state;
     return query;
   }
@@ -331,6 +333,7 @@ export class PoolView {
     const gens = status.generations;
     const byState = status.group_counts || {};
     const stalled = status.groups_stalled || 0;
+    const failing = status.groups_failing || 0;
     const routed = counters.requests_routed || {};
     const fast = routed.fast || 0;
     const orphan = routed.orphan || 0;
@@ -366,6 +369,7 @@ export class PoolView {
           ["stopping", number(byState.stopping || 0)],
           byState.unknown && ["unknown", number(byState.unknown)],
           ["stalled", stalled ? badge(String(stalled), "stalled") : "0"],
+          ["failing", failing ? badge(String(failing), "stalled") : "0"],
         ]),
       ),
       card(
@@ -481,6 +485,7 @@ export class PoolView {
 
   row(key, g, now) {
     const standby = this.app.state.status.role !== "leader";
+    const problem = g.failing_reason ? "failing: " + g.failing_reason : g.error;
     return h(
       "tr",
       { class: "group state-" + g.state, dataset: { key } },
@@ -494,7 +499,7 @@ export class PoolView {
       h("td", { class: "num" }, number(g.consumers)),
       h("td", { class: "muted" }, ago(g.last_activity, now)),
       h("td", { class: "num" }, duration(g.cold_start)),
-      h("td", { class: "error-cell", title: g.error ? escapeText(g.error) : null }, g.error ? visible(g.error, { class: "text error" }) : ""),
+      h("td", { class: "error-cell", title: problem ? escapeText(problem) : null }, problem ? visible(problem, { class: "text error" }) : ""),
       h(
         "td",
         { class: "actions" },
@@ -574,6 +579,8 @@ const GROUP_FIELDS = [
   ["restarts", (g) => restartsText(g)],
   ["cold start", (g) => duration(g.cold_start)],
   ["health", (g) => g.health ?? "–"],
+  ["failed starts", (g) => number(g.failed_starts)],
+  ["failing since", (g) => (g.failing_since ? new Date(g.failing_since * 1000).toISOString() : "–")],
 ];
 const KNOWN_GROUP = new Set([
   "state",
@@ -589,6 +596,9 @@ const KNOWN_GROUP = new Set([
   "consumers",
   "oldest_message_age",
   "health",
+  "failing_reason",
+  "failing_since",
+  "failed_starts",
   "since",
   "cold_start",
 ]);
@@ -642,6 +652,7 @@ export class KeyView {
         rows([
           ...GROUP_FIELDS.map(([name, read]) => [name, read(g)]),
           ["last activity", ago(g.last_activity, now)],
+          g.failing_reason && ["failing", visible(g.failing_reason, { class: "text error" })],
           g.error && ["error", visible(g.error, { class: "text error" })],
           ...extra.map(([name, value]) => [visible(name), generic(value)]),
         ]),

@@ -1,26 +1,7 @@
-"""Worker groups as Docker containers: N labelled containers per worker key.
+"""The docker driver: `DockerDriver`, the Driver protocol (and `Standby`) over one engine.
 
-The engine is the only state: containers carry the labels `osrdyne.pool`, `osrdyne.key`,
-`osrdyne.worker-id`, `osrdyne.index` and `osrdyne.version`, so a controller that restarts
-adopts the containers it finds, and so does a standby taking over. Containers are named by
-`drivers.names.object_name` (a readable prefix and a hash of the exact key). The version label
-is a hash of everything that shapes a container (image, command, environment, mounts, limits,
-...): a group whose version is not the current one is replaced container by container (stop
-and remove one, create its successor, next), on `start` and whenever `list` sees it. The
-request queue is never touched, so requests wait there during a replacement.
-
-With `standby = N` the driver keeps N standby containers, started ahead of demand and not yet
-keyed (label `osrdyne.standby` instead of `osrdyne.key`, restart policy `no`). `start(key)`
-gives the key to one through the controller's assignment (docs/protocol.md) and starts a
-replacement. A label cannot change on a running container, so the driver records which key
-each assigned standby serves and lists it as index 0 of that key's group, and renames it to
-the name that index would have (`docker rename`): a restarted controller, which has no record,
-tells an assigned standby (renamed) from a waiting one (still under its standby name), and
-stops the former, whose key it cannot know, as the subprocess driver does. A standby that
-exits is removed and replaced; an assigned one that exits is replaced by a keyed container.
-
-The Docker SDK is blocking and imported lazily: this module (and its settings model) can be
-imported without it; every SDK call runs in a thread.
+How groups, versions and standby containers map to containers: see the package's docstring.
+The Docker SDK is blocking and imported lazily; every SDK call runs in a thread.
 """
 
 from __future__ import annotations
@@ -28,27 +9,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Literal
-
-import pydantic
-from pydantic import Field
+from typing import TYPE_CHECKING, Any
 
 from drivers import base, names
+from drivers.docker import _describe, _settings
+from drivers.docker._labels import (
+    LABEL_INDEX,
+    LABEL_KEY,
+    LABEL_POOL,
+    LABEL_STANDBY,
+    LABEL_VERSION,
+    LABEL_WORKER_ID,
+)
+from drivers.docker._labels import index as _index
 
 if TYPE_CHECKING:
     import docker as docker_sdk
 
 logger = logging.getLogger(__name__)
 
-LABEL_POOL = "osrdyne.pool"
-LABEL_KEY = "osrdyne.key"
-LABEL_WORKER_ID = "osrdyne.worker-id"
-LABEL_INDEX = "osrdyne.index"
-LABEL_VERSION = "osrdyne.version"
-#: On a standby container instead of LABEL_KEY: its standby id.
-LABEL_STANDBY = "osrdyne.standby"
 
 #: Containers as the engine's list API describes them (dicts with Id, Labels, State, ...).
 _Containers = list[dict[str, Any]]
@@ -59,94 +41,10 @@ _GONE_STATES = frozenset({"dead", "removing"})
 _STOPPED_STATES = frozenset({"created", "exited"})
 
 
-class VolumeMount(pydantic.BaseModel):
-    """A bind mount into every worker container."""
-
-    model_config = pydantic.ConfigDict(extra="forbid")
-
-    source: str = Field(description="Path on the Docker host (or a named volume).")
-    target: str = Field(description="Path inside the container.")
-    read_only: bool = Field(default=False, description="Mount read-only.")
-
-
-class DockerSettings(pydantic.BaseModel):
-    """Settings of the docker driver (`[driver.docker]` in the controller's configuration)."""
-
-    model_config = pydantic.ConfigDict(extra="forbid")
-
-    base_url: str | None = Field(
-        default=None,
-        description="Docker engine URL, e.g. unix:///run/docker.sock or tcp://host:2375. "
-        "None: DOCKER_HOST (and DOCKER_TLS_VERIFY/DOCKER_CERT_PATH) from the environment, "
-        "else the standard socket unix:///var/run/docker.sock.",
-    )
-    api_version: str = Field(
-        default="auto", description="Docker API version to speak; 'auto' asks the engine."
-    )
-    timeout: float = Field(default=60.0, gt=0, description="Seconds per engine API call.")
-    image: str = Field(default="osrdyne-worker:latest", description="Worker image.")
-    pull: Literal["never", "missing"] = Field(
-        default="missing",
-        description="Pull the image when the engine does not have it ('missing') or fail.",
-    )
-    command: list[str] | None = Field(
-        default=None, description="Command (argv) of the workers; None: the image's CMD."
-    )
-    entrypoint: list[str] | None = Field(
-        default=None, description="Entrypoint override; None: the image's ENTRYPOINT."
-    )
-    workers: int = Field(default=1, ge=1, description="Containers per worker group.")
-    max_containers: int | None = Field(
-        default=None,
-        ge=1,
-        description="Most worker containers at once, every group counted; new keys beyond "
-        "it are answered `overloaded` (reason `driver_capacity`). None: no cap of the "
-        "driver's own (the controller's `groups.max_groups` still holds).",
-    )
-    environment: dict[str, str] = Field(
-        default_factory=dict,
-        description="Extra environment of the workers; the protocol's WORKER_* variables "
-        "are always set by the driver and win over these.",
-    )
-    network_mode: str = Field(
-        default="host", description="Docker network mode of the workers (host, bridge, ...)."
-    )
-    volumes: list[VolumeMount] = Field(default_factory=list, description="Bind mounts.")
-    working_dir: str | None = Field(default=None, description="Working directory; None: image's.")
-    user: str | None = Field(default=None, description="User to run as; None: the image's.")
-    cpus: float | None = Field(
-        default=None, gt=0, description="CPU limit per container (e.g. 1.5); None: no limit."
-    )
-    memory: str | None = Field(
-        default=None, description="Memory limit per container (e.g. '2g'); None: no limit."
-    )
-    restart_policy: Literal["no", "always", "unless-stopped", "on-failure"] = Field(
-        default="unless-stopped", description="Docker restart policy of the workers."
-    )
-    restart_max_retries: int = Field(
-        default=5, ge=0, description="Restarts before giving up, with restart_policy=on-failure."
-    )
-    labels: dict[str, str] = Field(
-        default_factory=dict, description="Extra container labels (osrdyne.* are reserved)."
-    )
-    standby: int = Field(
-        default=0,
-        ge=0,
-        description="Standby containers kept running ahead of demand, not yet keyed: a new key "
-        "takes one (and a replacement is started) instead of waiting for a container to "
-        "start. Only for a command that supports the standby protocol (`worker_sdk` does; "
-        "see docs/protocol.md); 0: each container is started for its key. They count "
-        "against `max_containers`.",
-    )
-    stop_timeout: int = Field(
-        default=30, ge=0, description="Seconds between SIGTERM and SIGKILL when stopping."
-    )
-
-
 class DockerDriver:
     """Runs each worker group as `settings.workers` containers on one Docker engine."""
 
-    def __init__(self, context: base.PoolContext, settings: DockerSettings) -> None:
+    def __init__(self, context: base.PoolContext, settings: _settings.DockerSettings) -> None:
         import docker  # noqa: F401  (fail early, and clearly, when the SDK is missing)
 
         self._context = context
@@ -154,6 +52,10 @@ class DockerDriver:
         self._client: docker_sdk.DockerClient | None = None
         self._locks: dict[str, asyncio.Lock] = {}
         self._outdated: set[str] = set()
+        #: Each group's containers as the last `list()` saw them (`describe`).
+        self._described: dict[str, tuple[base.WorkerInfo, ...]] = {}
+        #: Restarts and last exit of each container, by id, as last inspected.
+        self._exits: dict[str, tuple[int, int | None]] = {}
         self.version = names.version_hash(
             {
                 "pool": context.pool,
@@ -174,6 +76,11 @@ class DockerDriver:
         self._assigned: dict[str, str] = {}
         self._standby_lock = asyncio.Lock()
         self._assign: base.Assign | None = None
+        #: Containers of each group resized away from `workers` (the `Sizes` protocol).
+        self._sizes: dict[str, int] = {}
+        #: When each key was last stopped (monotonic): a listing begun before does not make
+        #: it resizable again (a late resize would start its containers anew).
+        self._stopped: dict[str, float] = {}
 
     # -- the Driver protocol --------------------------------------------------------------
 
@@ -188,34 +95,78 @@ class DockerDriver:
             await self._replenish()
 
     async def stop(self, key: str) -> None:
+        self._sizes.pop(key, None)
+        self._listed.discard(key)  # no resize of it until a listing finds it again
+        self._stopped[key] = time.monotonic()
         async with self._lock(key):
             with _map_errors(f"stopping the worker group of {key!r}"):
                 await asyncio.to_thread(self._remove_group, key)
 
     async def list(self) -> set[str]:
+        began = time.monotonic()
         try:
             await self._replenish()
         except base.DriverError as exc:  # never in the way of the groups themselves
             logger.warning("%s", exc)
         with _map_errors("listing worker containers"):
             groups = await asyncio.to_thread(self._groups)
-        self._listed = set(groups)
+            self._described = await asyncio.to_thread(self._workers_of, groups)
+        self._stopped = {k: at for k, at in self._stopped.items() if at >= began}
+        self._listed = set(groups) - set(self._stopped)
+        self._sizes = {k: n for k, n in self._sizes.items() if k in groups}
+        for key, found in groups.items():  # adopt a grown group at its size
+            if key not in self._sizes and len(found) > self._settings.workers:
+                if self._healthy(found, len(found)):
+                    self._sizes[key] = len(found)
         # An older version, or a half-done replacement or scale change: the group loop
         # finishes it with start().
-        self._outdated = {key for key, found in groups.items() if not self._healthy(found)}
+        self._outdated = {
+            key for key, found in groups.items() if not self._healthy(found, self._size(key))
+        }
         return set(groups)
+
+    def describe(self) -> dict[str, tuple[base.WorkerInfo, ...]]:
+        """The containers of each group, as the last `list()` saw them (`Describes`)."""
+        return dict(self._described)
 
     def outdated(self) -> set[str]:
         """Groups of an older version or a half-done change (`Upgrades`)."""
         return set(self._outdated)
 
     def capacity(self) -> int | None:
-        """Most groups at once (`Capacity`): `max_containers`, less the standby containers,
-        over the containers of a group."""
+        """Most groups at once (`Capacity`): `max_containers`, less the standby containers
+        and the containers groups run beyond their `workers`, over the containers of a
+        group."""
         s = self._settings
         if s.max_containers is None:
             return None
-        return max(0, s.max_containers - s.standby) // s.workers
+        extras = sum(max(0, n - s.workers) for n in self._sizes.values())
+        return max(0, s.max_containers - s.standby - extras) // s.workers
+
+    # -- sizes (the `Sizes` protocol) -----------------------------------------------------
+
+    def _size(self, key: str) -> int:
+        return self._sizes.get(key, self._settings.workers)
+
+    async def resize(self, key: str, workers: int) -> None:
+        """Run `workers` containers for `key` (at least 1), growing only into the room
+        `max_containers` leaves; no-op for a group the last `list()` did not find."""
+        if key not in self._listed:
+            return
+        s = self._settings
+        current, count = self._size(key), max(1, workers)
+        if count > current and s.max_containers is not None:
+            used = sum(self._size(k) for k in self._listed) + s.standby
+            count = current + min(count - current, max(0, s.max_containers - used))
+        if count == current:
+            return
+        self._sizes[key] = count
+        async with self._lock(key):
+            with _map_errors(f"resizing the worker group of {key!r} to {count}"):
+                await asyncio.to_thread(self._converge, key)
+
+    def sizes(self) -> dict[str, int]:
+        return {key: self._size(key) for key in self._listed}
 
     async def close(self) -> None:
         # Keyed containers outlive the controller on purpose (a restarted controller adopts
@@ -368,16 +319,22 @@ class DockerDriver:
             groups.setdefault(c["Labels"][LABEL_KEY], []).append(c)
         return groups
 
-    def _healthy(self, containers: _Containers) -> bool:
+    def _workers_of(self, groups: dict[str, _Containers]) -> dict[str, tuple[base.WorkerInfo, ...]]:
+        """Each group's containers as workers (`_describe`), with what was last inspected."""
+        described, self._exits = _describe.workers_of(self._engine(), groups, self._exits)
+        return described
+
+    def _healthy(self, containers: _Containers, size: int) -> bool:
         indexes = sorted(
             _index(c) for c in containers if c["Labels"].get(LABEL_VERSION) == self.version
         )
-        return len(indexes) == len(containers) and indexes == list(range(self._settings.workers))
+        return len(indexes) == len(containers) and indexes == list(range(size))
 
     def _converge(self, key: str) -> None:
-        """Make the group of `key` exactly `workers` running containers of this version."""
+        """Make the group of `key` exactly its size (`workers`, or as resized) of running
+        containers of this version."""
         containers = self._containers(key)
-        wanted = range(self._settings.workers)
+        wanted = range(self._size(key))
         by_index: dict[int, _Containers] = {}
         for c in containers:
             index = _index(c)
@@ -490,13 +447,6 @@ class DockerDriver:
             raise
         container.start()
         return str(container.id)
-
-
-def _index(container: dict[str, Any]) -> int:
-    try:
-        return int(container["Labels"].get(LABEL_INDEX, "-1"))
-    except ValueError:
-        return -1
 
 
 @contextlib.contextmanager

@@ -1,0 +1,397 @@
+"""Hot-key benchmark: a static group of one worker, a static group of `max_workers`, and a group
+sized by the group scaler, side by side in one run, under the same step of load on one key.
+
+Each system is an in-process `Controller` with the subprocess driver running
+`worker_sdk.examples.echo` with a 50 ms handler (`ECHO_DELAY=0.05`) and concurrency 1, in a pool
+of its own on the shared broker. The load is open-loop (calls sent on a schedule, whatever the
+answers do): `--base` calls/s for `--before` seconds, then `--peak` calls/s for `--hot` seconds,
+then `--base` again until the scaled group is back at its minimum (or `--after` seconds for the
+static ones). Measured, per system:
+
+- one worker's rate: the static single worker's throughput while saturated (calls/s; it takes
+  the step for `--floor-hot` seconds only, then drains its backlog: a minute, not three);
+- throughput in the hot phase (calls answered per second, sliding 1 s windows), and for the
+  scaled group the seconds from the step until it first reaches 0.9 x max_workers x one
+  worker's rate (the target: within 5 s; KEDA's default polling alone is 30 s);
+- latency p50/p99 of the calls sent in the second half of the hot phase (the steady state),
+  and its ratio to the static `max_workers` group (target: within 2x);
+- the scaled group's seconds from the end of the hot phase (its backlog drained) back to its
+  minimum, beside the configured `scale_in_window`;
+- every call answered once, `ok`, with its own body (late replies counted by the client).
+
+Ratios are between runs of the same invocation. A figure that could not be measured (nan) fails
+the run (exit 1), as does a target missed. The Zipf load over 100 keys and Celery's
+`--autoscale` as a peer are not run yet (see the report in docs/benchmarks.md).
+
+    PYTHONPATH=. .venv/bin/python bench/hotkey_bench.py                # ~2 minutes
+    PYTHONPATH=. .venv/bin/python bench/hotkey_bench.py --max-workers 4 --peak 100 --hot 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import math
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+import urllib.parse
+import uuid
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+AMQP_URL = os.environ.get("RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
+MANAGEMENT_URL = os.environ.get("RABBITMQ_MANAGEMENT_URL", "http://127.0.0.1:15672")
+KEY = "hot"
+
+TARGETS = {
+    "reach_s": 5.0,  # <=: seconds from the step to 0.9 x max_workers x one worker's rate
+    "p99_vs_static_max": 2.0,  # <=
+}
+
+log = logging.getLogger("hotkey_bench")
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
+
+
+@dataclasses.dataclass
+class Call:
+    n: int
+    sent: float
+    answered: float = float("nan")
+    ok: bool = False
+
+
+@dataclasses.dataclass
+class Run:
+    name: str
+    calls: list[Call]
+    step_at: float
+    hot_end: float
+    sizes: list[tuple[float, int]]
+    back_to_min_s: float = float("nan")
+    #: Seconds from the end of the hot phase until its backlog was drained.
+    drain_s: float = float("nan")
+    late_replies: int = 0
+
+    def answered(self) -> list[Call]:
+        return [c for c in self.calls if not math.isnan(c.answered)]
+
+    def throughput_windows(self, start: float, end: float) -> list[tuple[float, float]]:
+        """(window end, calls answered in the 1 s before it), every 0.25 s over [start, end]."""
+        times = sorted(c.answered for c in self.answered())
+        out = []
+        t = start + 1.0
+        while t <= end:
+            count = sum(1 for a in times if t - 1.0 <= a < t)
+            out.append((t, float(count)))
+            t += 0.25
+        return out
+
+    def saturated_rate(self) -> float:
+        """Calls answered per second from 1 s after the step until the backlog drained."""
+        times = [c.answered for c in self.answered() if c.answered >= self.step_at + 1.0]
+        last = max((c.answered for c in self.answered() if c.sent < self.hot_end), default=0)
+        n = sum(1 for t in times if t <= last)
+        return n / (last - self.step_at - 1.0) if last > self.step_at + 1.0 else float("nan")
+
+    def hot_throughput(self) -> float:
+        """Calls answered per second over the second half of the hot phase."""
+        mid = (self.step_at + self.hot_end) / 2
+        n = sum(1 for c in self.answered() if mid <= c.answered < self.hot_end)
+        return n / (self.hot_end - mid)
+
+    def steady_latencies(self) -> list[float]:
+        mid = (self.step_at + self.hot_end) / 2
+        return [c.answered - c.sent for c in self.answered() if mid <= c.sent < self.hot_end]
+
+
+def settings(pool: str, state: str, *, workers: int, scaling: dict[str, Any] | None) -> Any:
+    from osrdyne.controller import Settings
+
+    return Settings(
+        pool=pool,
+        amqp={"url": AMQP_URL, "management_url": MANAGEMENT_URL},
+        groups={"unbind_delay": 3600, "stop_delay": 3600},
+        scaling=scaling or {},
+        api={"enabled": False},
+        driver={
+            "kind": "subprocess",
+            "subprocess": {
+                "command": [sys.executable, "-m", "worker_sdk.examples.echo"],
+                "env": {
+                    "WORKER_CONCURRENCY": "1",
+                    "ECHO_DELAY": "0.05",
+                    "WORKER_ACTIVITY_INTERVAL": "1",
+                    "WORKER_DRAIN_TIMEOUT": "10",
+                    "PYTHONPATH": str(REPO),
+                },
+                "owner": state,
+                "workers": workers,
+                "stop_timeout": 15,
+                "cwd": str(REPO),
+                "max_processes": 64,
+            },
+        },
+    )
+
+
+async def one_run(
+    name: str,
+    args: argparse.Namespace,
+    tmp: Path,
+    *,
+    workers: int,
+    scaled: bool,
+    hot: float | None = None,
+) -> Run:
+    from osrdyne import Client
+    from osrdyne.controller import Controller
+
+    pool = f"hotkey-{name}-{uuid.uuid4().hex[:6]}"
+    scaling = (
+        {
+            "max_workers": args.max_workers,
+            "min_workers": 1,
+            "scale_in_window": args.window,
+            "interval": 1.0,
+        }
+        if scaled
+        else None
+    )
+    controller = Controller(settings(pool, str(tmp / pool), workers=workers, scaling=scaling))
+    task = asyncio.create_task(controller.run(), name=f"controller {pool}")
+    calls: list[Call] = []
+    sizes: list[tuple[float, int]] = []
+    try:
+        await asyncio.wait_for(controller.wait_leader(), 60)
+        async with Client(AMQP_URL, name=f"hotkey bench {name}") as client:
+            first = await client.call(pool, KEY, b"warm", timeout=60)
+            assert first.ok, first
+            # Every worker of a static group serving before the clock starts.
+            driver: Any = controller.driver
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                described = driver.describe().get(KEY, ())
+                if len(described) == workers and all(w.pid for w in described):
+                    break
+                await asyncio.sleep(0.1)
+            await asyncio.sleep(2.0)  # their imports and connections (a worker takes ~1 s)
+
+            async def call(c: Call) -> None:
+                try:
+                    response = await client.call(pool, KEY, str(c.n).encode(), timeout=300)
+                except Exception as exc:  # noqa: BLE001
+                    log.warning("call %d failed: %r", c.n, exc)
+                    return
+                c.answered = time.monotonic()
+                c.ok = response.ok and response.body == str(c.n).encode()
+
+            tasks: list[asyncio.Task[None]] = []
+            start = time.monotonic()
+            hot = args.hot if hot is None else hot
+            phases = [(args.base, args.before), (args.peak, hot)]
+            step_at = start + args.before
+            hot_end = step_at + hot
+            after_end = hot_end + (args.after if not scaled else args.window + 60)
+
+            async def watch_sizes() -> None:
+                while True:
+                    sizes.append((time.monotonic(), driver.sizes().get(KEY, 0)))
+                    await asyncio.sleep(0.1)
+
+            watcher = asyncio.create_task(watch_sizes(), name="sizes")
+            log.warning("%s: load starts; the step at +%.0f s", name, args.before)
+            n = 0
+            t = start
+            for rate, seconds in phases:
+                end = t + seconds
+                while t < end:
+                    await asyncio.sleep(max(0.0, t - time.monotonic()))
+                    c = Call(n=n, sent=time.monotonic())
+                    calls.append(c)
+                    tasks.append(asyncio.create_task(call(c)))
+                    n += 1
+                    t += 1.0 / rate
+            # The base load again, until the scaled group is back to its minimum.
+            back_at = float("nan")
+            while t < after_end:
+                await asyncio.sleep(max(0.0, t - time.monotonic()))
+                c = Call(n=n, sent=time.monotonic())
+                calls.append(c)
+                tasks.append(asyncio.create_task(call(c)))
+                n += 1
+                t += 1.0 / args.base
+                if (
+                    scaled
+                    and driver.sizes().get(KEY) == 1
+                    and all(not math.isnan(x.answered) for x in calls if x.sent < hot_end)
+                ):
+                    back_at = time.monotonic()
+                    break
+            await asyncio.wait_for(asyncio.gather(*tasks), 400)
+            watcher.cancel()
+            await asyncio.sleep(1.0)  # a duplicate answer would come late
+            run = Run(name, calls, step_at, hot_end, sizes, late_replies=client.late_replies)
+            if scaled:
+                drained = max(c.answered for c in calls if c.sent < hot_end)
+                run.back_to_min_s = back_at - drained
+                run.drain_s = drained - hot_end
+            return run
+    finally:
+        controller.stop()
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await asyncio.wait_for(task, 60)
+        await asyncio.to_thread(delete_pool, pool)
+
+
+def delete_pool(pool: str) -> None:
+    import httpx
+
+    vhost = urllib.parse.quote(urllib.parse.urlsplit(AMQP_URL).path[1:] or "/", safe="")
+    with httpx.Client(base_url=MANAGEMENT_URL + "/api", auth=("guest", "guest"), timeout=60) as h:
+        for kind in ("queues", "exchanges"):
+            listed = h.get(
+                f"/{kind}/{vhost}",
+                params={
+                    "name": "^" + re.escape(pool + "-"),
+                    "use_regex": "true",
+                    "page": 1,
+                    "page_size": 500,
+                    "columns": "name",
+                },
+            ).json()
+            for item in listed.get("items", []):
+                h.delete(f"/{kind}/{vhost}/{urllib.parse.quote(item['name'], safe='')}")
+        for policy in (f"osrdyne-{pool}-requests", f"osrdyne-{pool}-poison"):
+            h.delete(f"/policies/{vhost}/{policy}")
+
+
+def reach_seconds(run: Run, goal: float) -> float:
+    for t, count in run.throughput_windows(run.step_at, run.hot_end):
+        if count >= goal:
+            return t - run.step_at
+    return float("nan")
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--max-workers", type=int, default=8)
+    parser.add_argument("--base", type=float, default=5.0, help="calls/s before and after")
+    parser.add_argument("--peak", type=float, default=200.0, help="calls/s in the hot phase")
+    parser.add_argument("--before", type=float, default=3.0)
+    parser.add_argument("--hot", type=float, default=15.0)
+    parser.add_argument("--after", type=float, default=3.0)
+    parser.add_argument(
+        "--floor-hot", type=float, default=3.0, help="seconds of the step for static_1"
+    )
+    parser.add_argument("--window", type=float, default=10.0, help="scaling.scale_in_window")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+    logging.getLogger("osrdyne.controller._group_scaler").setLevel(logging.INFO)  # decisions
+
+    tmp = Path(tempfile.mkdtemp(prefix="hotkey-bench-"))
+    try:
+        runs = {
+            "static_1": await one_run(
+                "static1", args, tmp, workers=1, scaled=False, hot=args.floor_hot
+            ),
+            "static_max": await one_run(
+                "staticmax", args, tmp, workers=args.max_workers, scaled=False
+            ),
+            "scaled": await one_run("scaled", args, tmp, workers=1, scaled=True),
+        }
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    one_worker = runs["static_1"].saturated_rate()
+    goal = 0.9 * args.max_workers * one_worker
+    max_p99 = pct(runs["static_max"].steady_latencies(), 99)
+    results: dict[str, dict[str, float]] = {}
+    for name, run in runs.items():
+        lat = run.steady_latencies()
+        answered = run.answered()
+        results[name] = {
+            "calls": float(len(run.calls)),
+            "answered_ok": float(sum(1 for c in answered if c.ok)),
+            "late_replies": float(run.late_replies),
+            "hot_throughput": run.hot_throughput() if name != "static_1" else one_worker,
+            "p50_ms": 1000 * pct(lat, 50),
+            "p99_ms": 1000 * pct(lat, 99),
+            "p99_vs_static_max": pct(lat, 99) / max_p99 if max_p99 > 0 else float("nan"),
+        }
+    scaled = runs["scaled"]
+    results["scaled"]["reach_s"] = reach_seconds(scaled, goal)
+    results["scaled"]["max_workers_seen"] = float(max((n for _, n in scaled.sizes), default=0))
+    results["scaled"]["back_to_min_s"] = scaled.back_to_min_s
+    results["scaled"]["drain_s"] = scaled.drain_s
+    results["scaled"]["scale_in_window_s"] = args.window
+
+    print(
+        f"\none worker's rate (static_1, saturated): {one_worker:.1f} calls/s; goal "
+        f"0.9 x {args.max_workers} x it = {goal:.1f} calls/s; step {args.base:g} -> "
+        f"{args.peak:g} calls/s for {args.hot:g} s"
+    )
+    print(
+        f"{'system':<12}{'calls':>7}{'ok':>7}{'late':>6}{'thr/s':>8}{'p50 ms':>9}"
+        f"{'p99 ms':>9}{'p99/max':>9}"
+    )
+    for name, r in results.items():
+        print(
+            f"{name:<12}{r['calls']:>7.0f}{r['answered_ok']:>7.0f}{r['late_replies']:>6.0f}"
+            f"{r['hot_throughput']:>8.1f}{r['p50_ms']:>9.0f}{r['p99_ms']:>9.0f}"
+            f"{r['p99_vs_static_max']:>9.2f}"
+        )
+    s = results["scaled"]
+    print(
+        f"scaled: reached {goal:.1f} calls/s {s['reach_s']:.2f} s after the step "
+        f"(target <= {TARGETS['reach_s']:g}); most workers {s['max_workers_seen']:.0f}; back "
+        f"to 1 worker {s['back_to_min_s']:.1f} s after its backlog drained ({s['drain_s']:.1f} s "
+        f"after the step ended; window "
+        f"{args.window:g} s)"
+    )
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+    failures = []
+    unmeasured = [f"{n}.{k}" for n, r in results.items() for k, v in r.items() if math.isnan(v)]
+    if unmeasured:
+        failures.append(f"not measured (nan): {', '.join(unmeasured)}")
+    for name, r in results.items():
+        if r["answered_ok"] != r["calls"] or r["late_replies"]:
+            failures.append(
+                f"{name}: {r['answered_ok']:.0f} of {r['calls']:.0f} answered ok, "
+                f"{r['late_replies']:.0f} late replies"
+            )
+    if not s["reach_s"] <= TARGETS["reach_s"]:
+        failures.append(f"scaled: reach {s['reach_s']:.2f} s > {TARGETS['reach_s']:g} s")
+    if not s["p99_vs_static_max"] <= TARGETS["p99_vs_static_max"]:
+        failures.append(f"scaled: p99 {s['p99_vs_static_max']:.2f}x the static max group")
+    if not s["back_to_min_s"] <= args.window + 5:
+        failures.append(f"scaled: back to min after {s['back_to_min_s']:.1f} s > window + 5 s")
+    for failure in failures:
+        print("FAIL", failure)
+    if not failures:
+        print("all targets met")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

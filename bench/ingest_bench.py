@@ -1,0 +1,118 @@
+"""Ingest benchmark: `pipeline ingest` with a declared schema and checks, against the plain
+Spark read of the same CSV with the same schema written as Parquet, in one run.
+
+    .venv/bin/python bench/ingest_bench.py [--rows 1000000] [--rounds 3] [--master local[2]]
+
+The raw data are `pipeline.trips` rows written as one CSV directory (2 files). Each round runs
+both, order alternating, on one session (its JVM warm after a first unmeasured pass of each):
+
+- plain: `spark.read.schema(DDL).option("header", "true").csv(src)`, written as Parquet in
+  the same layout as the ingest's (`repartition(2)`, its default `--files 2`);
+- ours: `spark_workers.ingest.run` with the same DDL and four checks (not null, a range,
+  allowed values, unique): text read, typed values with bad-row reasons, the good rows
+  written aside, bad rows collected, statistics and checks in one pass, manifest, publish.
+
+It prints each round's ratio (ours / plain, and ours without the checks / plain) and their
+medians; the issue's target is <= 1.3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+DDL = (
+    "trip_id BIGINT, city STRING, pickup_time TIMESTAMP, passengers INT, distance_km DOUBLE,"
+    " fare DOUBLE, tip DOUBLE, payment STRING"
+)
+CHECKS = {
+    "columns": {
+        "trip_id": {"not_null": True, "unique": True},
+        "passengers": {"min": 1, "max": 6},
+        "payment": {"allowed": ["card", "cash", "app"]},
+    }
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--master", default="local[2]")
+    args = parser.parse_args()
+
+    from spark_workers import (
+        SparkWorkerSettings,
+        build_session,
+        checks,
+        ingest,
+        pipeline,
+        read_options,
+    )
+
+    spark = build_session(
+        SparkWorkerSettings(master=args.master, driver_memory="2g", shuffle_partitions=8)
+    )
+    work = Path(tempfile.mkdtemp(prefix="ingest-bench-"))
+    src = work / "raw"
+    pipeline.trips(spark, args.rows, 42).repartition(2).write.option("header", "true").csv(str(src))
+    checks_file = work / "checks.json"
+    checks_file.write_text(json.dumps(CHECKS))
+    declared = checks.Checks.load(str(checks_file))
+    options = read_options.ReadOptions(schema_ddl=DDL)
+    runs = {"plain": 0, "ours": 0}
+
+    def plain() -> float:
+        runs["plain"] += 1
+        started = time.perf_counter()
+        df = spark.read.schema(DDL).option("header", "true").csv(str(src))
+        df.repartition(2).write.parquet(str(work / f"plain-{runs['plain']}"))
+        return time.perf_counter() - started
+
+    def ingest_with(with_checks: bool) -> float:
+        runs["ours"] += 1
+        request = ingest.Request(
+            src=str(src),
+            root=str(work / "root"),
+            name="trips",
+            version=f"r{runs['ours']}",
+            options=options,
+            checks=declared if with_checks else None,
+        )
+        started = time.perf_counter()
+        ingest.run(spark, request, say=lambda line: None)
+        return time.perf_counter() - started
+
+    def ours() -> float:
+        return ingest_with(True)
+
+    def no_checks() -> float:
+        return ingest_with(False)
+
+    plain(), ours(), no_checks()  # warm-up of each: class loading, code generation
+    ratios: dict[str, list[float]] = {"ours": [], "no_checks": []}
+    for round_ in range(args.rounds):
+        order = (plain, ours, no_checks) if round_ % 2 == 0 else (no_checks, ours, plain)
+        times = {f.__name__: f() for f in order}
+        for name in ratios:
+            ratios[name].append(times[name] / times["plain"])
+        print(
+            f"round {round_ + 1}: plain {times['plain']:.2f} s, ours {times['ours']:.2f} s "
+            f"(ratio {ratios['ours'][-1]:.2f}), without checks {times['no_checks']:.2f} s "
+            f"(ratio {ratios['no_checks'][-1]:.2f})"
+        )
+    print(
+        f"{args.rows} rows: median ratio ours/plain {statistics.median(ratios['ours']):.2f} "
+        f"(target <= 1.3), without checks {statistics.median(ratios['no_checks']):.2f}"
+    )
+    spark.stop()
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

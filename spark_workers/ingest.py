@@ -1,0 +1,311 @@
+"""One ingest: raw files in, a checked, described, atomically published dataset version out.
+
+    read as text -> types (declared or inferred) -> typed rows + bad-row reasons
+    -> write the good rows aside, observing the bad-row count, statistics and checks
+    -> bad rows by mode (read again only if any) -> unique checks -> manifest
+    -> publish (rename, then move the NAME link)
+
+Nothing is visible to workers before the last step; any failure before it removes what was
+written aside. `pipeline ingest` is the command line of this module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from spark_workers import appending, bad_rows, checks, inference, manifest, read_options, versions
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+
+class IngestError(Exception):
+    """The ingest stops; nothing is published (the message says why)."""
+
+
+@dataclasses.dataclass
+class Request:
+    """What to ingest and how."""
+
+    src: str
+    root: str
+    name: str
+    version: str
+    options: read_options.ReadOptions
+    checks: checks.Checks | None = None
+    partition_by: tuple[str, ...] = ()
+    files: int = 2
+    promote: bool = True
+    #: Add to the current version's rows (`appending`) instead of a version of its own.
+    append: bool = False
+    #: The columns identifying a row: duplicates dropped (`appending`).
+    dedup_on: tuple[str, ...] = ()
+
+    @property
+    def dataset(self) -> str:
+        return f"{self.name}@{self.version}"
+
+
+@dataclasses.dataclass
+class Result:
+    target: str
+    manifest: dict[str, Any]
+    bad: list[bad_rows.BadRow]
+
+
+Stage = Callable[[str], Any]
+
+
+def run(spark: SparkSession, request: Request, *, say: Callable[[str], None]) -> Result:
+    """Ingest `request`; `say` gets the lines a user reads (schema, counts, reports)."""
+    with _no_constraint_propagation(spark):
+        return _run(spark, request, say=say)
+
+
+@contextlib.contextmanager
+def _no_constraint_propagation(spark: SparkSession) -> Iterator[None]:
+    """Spark's optimizer off its constraint propagation while ingesting: it derives
+    constraints from every alias of a plan, and the typed columns' expressions (a parse and
+    a reason per column) made it run out of a 1 GB heap on a 19-column file, planning the
+    bad rows' query. Restored afterwards (the session may be shared)."""
+    name = "spark.sql.constraintPropagation.enabled"
+    before = spark.conf.get(name, "true")
+    spark.conf.set(name, "false")
+    try:
+        yield
+    finally:
+        spark.conf.set(name, before or "true")
+
+
+def _run(spark: SparkSession, request: Request, *, say: Callable[[str], None]) -> Result:
+    versions.check_free(request.root, request.name, request.dataset, promote=request.promote)
+    options = request.options
+    declared = read_options.parse_schema(spark, options.schema_ddl) if options.schema_ddl else None
+    base = appending.base_of(spark, request.root, request.name) if request.append else None
+    if base is not None:
+        appending.check_compatible(base, declared, request.partition_by)
+        declared = base.schema  # the increment is typed as the dataset is
+        request = dataclasses.replace(request, partition_by=base.partition_by)
+    text, columns = read_text(spark, request.src, options, declared)
+    if options.format == "parquet":
+        schema = text.schema
+        typed = text.select("*", _empty_reason(), _file())
+    else:
+        if declared is not None:
+            schema = declared
+        else:
+            inferred = inference.infer(text, columns, options)
+            schema = inferred.schema
+            for column, count in inferred.text_markers.items():
+                say(
+                    f"note: text column {column!r} holds {count} missing-value marker(s),"
+                    " kept as text (--text-null-value MARKER makes them missing)"
+                )
+            for column, (typed_as, odd, values, example) in inferred.nearly_typed.items():
+                say(
+                    f"note: column {column!r} is text because {odd} of {values} values are "
+                    f"not {typed_as} (e.g. {example!r}): declare it {typed_as} with --schema "
+                    "to quarantine them instead"
+                )
+        typed = inference.convert(text, schema, options)
+    say(("declared" if declared else "inferred") + f" schema: {manifest.schema_ddl(schema)}")
+    for column in request.partition_by:
+        if column not in schema.fieldNames():
+            raise IngestError(f"no column {column!r} to partition by in {schema.fieldNames()}")
+    if request.checks is not None:
+        request.checks.bind(schema)
+    appending.check_key(request.dedup_on, schema)
+    staged = versions.staging(request.root, request.dataset)
+    try:
+        result = _write_checked(spark, request, typed, schema, staged, declared is None, base, say)
+        versions.publish(
+            request.root,
+            staged,
+            request.name,
+            request.dataset,
+            promote=request.promote,
+            expected=base.dataset if base is not None else None,
+        )
+    except BaseException:
+        versions.discard(staged)
+        raise
+    return dataclasses.replace(result, target=f"{request.root}/{request.dataset}")
+
+
+def _write_checked(
+    spark: SparkSession,
+    request: Request,
+    typed: DataFrame,
+    schema: StructType,
+    staged: str,
+    inferred: bool,
+    base: appending.Base | None,
+    say: Callable[[str], None],
+) -> Result:
+    """Write the good rows aside, measuring as they go by (Spark observations: the bad rows'
+    count, the manifest's statistics and the checks' counts, all in the one pass that writes);
+    then the bad rows (read again only when there are some) and the unique checks."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F  # noqa: N812
+
+    options = request.options
+    reason = F.col(inference.REASON_COLUMN)
+    all_rows, good_rows = Observation("rows"), Observation("good rows")
+    observed = typed.observe(
+        all_rows, F.count(F.lit(1)).alias("rows"), F.count_if(reason != "").alias("bad")
+    )
+    good = observed.where(reason == "").select(*[F.col(f"`{n}`") for n in schema.fieldNames()])
+    new_rows = Observation("new rows")
+    if request.dedup_on:
+        good = appending.first_of_each_key(good, request.dedup_on)
+    if base is not None:
+        existing = appending.read_base(spark, base)
+        if request.dedup_on:
+            good = appending.not_in(good, existing, request.dedup_on)
+        good = existing.unionByName(good.observe(new_rows, F.count(F.lit(1)).alias("rows")))
+    else:
+        good = good.observe(new_rows, F.count(F.lit(1)).alias("rows"))
+    aggregates = manifest.statistics(schema)
+    if request.checks is not None:
+        aggregates += checks.aggregates(request.checks, schema)
+    good = good.observe(good_rows, *aggregates)
+    out = (
+        good.repartition(request.files, *request.partition_by)
+        if request.partition_by
+        else (good.repartition(request.files))
+    )
+    writer = out.write.mode("errorifexists")
+    if request.partition_by:
+        writer = writer.partitionBy(*request.partition_by)
+    writer.parquet(staged)
+    bad_count = int(all_rows.get.get("bad") or 0)
+    read_rows = int(all_rows.get.get("rows") or 0)
+    added = int(new_rows.get.get("rows") or 0)
+    counts = dict(good_rows.get) or {"stat:rows": 0}
+    bad = bad_rows.collect(typed, schema, options) if bad_count else []
+    try:
+        bad_rows.judge(bad, options, count=bad_count)
+    except bad_rows.BadRowsError as exc:
+        raise IngestError(str(exc)) from exc
+    quarantine = bad_rows.write_quarantine(staged, bad) if options.mode == "permissive" else None
+    if request.checks is not None:
+        written = spark.read.parquet(staged)
+        counts.update(checks.unique_counts(request.checks, written))
+        failed = checks.failures(request.checks, counts, written)
+        if failed:
+            say(checks.report(failed))
+            raise IngestError(f"{len(failed)} check(s) failed: nothing published")
+    if bad:
+        say(f"{bad_count} bad row(s), {options.mode}: " + bad[0].describe())
+    duplicates = read_rows - bad_count - added
+    if request.dedup_on:
+        say(f"{duplicates} duplicate row(s) on {list(request.dedup_on)} dropped")
+    if request.append:
+        to = f"to {base.dataset!r} ({base.rows} rows)" if base else "as the first version"
+        say(f"{added} row(s) appended {to}")
+    described = {
+        "manifest": manifest.FORMAT,
+        "dataset": request.dataset,
+        "name": request.name,
+        "version": request.version,
+        "created": manifest.now(),
+        "rows": counts["stat:rows"],
+        "schema": manifest.schema_entries(schema),
+        "schema_ddl": manifest.schema_ddl(schema),
+        "schema_inferred": inferred,
+        "columns": manifest.columns_from(counts, schema),
+        "partition_by": list(request.partition_by),
+        "files": manifest.data_files(staged),
+        "source": manifest.source_files(request.src),
+        "options": options.summary(),
+        "bad_rows": {"mode": options.mode, "count": bad_count, "quarantine": quarantine},
+        "dedup": {"on": list(request.dedup_on), "duplicates": duplicates}
+        if request.dedup_on
+        else None,
+        "append": {
+            "to": base.dataset if base is not None else None,
+            "rows_before": base.rows if base is not None else 0,
+            "rows_added": added,
+        }
+        if request.append
+        else None,
+        "checks": request.checks.model_dump(mode="json", exclude_defaults=True)
+        if request.checks
+        else None,
+    }
+    manifest.write(staged, described)
+    return Result(target=staged, manifest=described, bad=bad)
+
+
+def read_text(
+    spark: SparkSession,
+    src: str,
+    options: read_options.ReadOptions,
+    declared: StructType | None,
+) -> tuple[DataFrame, list[str]]:
+    """The source with every column as text (Parquet: as it is), and the column names."""
+    from pyspark.errors import PySparkException
+    from pyspark.sql import types as T  # noqa: N812
+
+    try:
+        if options.format == "parquet":
+            df = spark.read.parquet(src)
+            return df, df.columns
+        reader = spark.read.options(**options.spark_options())
+        names = _names(spark, src, options, declared)
+        text_schema = T.StructType(
+            [T.StructField(n, T.StringType(), True) for n in names]
+            + [T.StructField(read_options.CORRUPT_COLUMN, T.StringType(), True)]
+        )
+        df = reader.schema(text_schema).format(options.format).load(src)
+        return df, names
+    except PySparkException as exc:
+        first = str(exc).strip().splitlines()
+        raise IngestError(f"cannot read {src}: {first[0] if first else exc}") from exc
+
+
+def _names(
+    spark: SparkSession,
+    src: str,
+    options: read_options.ReadOptions,
+    declared: StructType | None,
+) -> list[str]:
+    """Column names: the declared schema's (checked against the header), else the header's
+    (or `_c0`... without one), else those JSON objects use."""
+    if options.format == "json":
+        if declared is not None:
+            return declared.fieldNames()
+        found = spark.read.options(**options.spark_options()).json(src).columns
+        names = [n for n in found if n != read_options.CORRUPT_COLUMN]
+    else:
+        header = spark.read.options(**options.spark_options()).csv(src).columns
+        names = [n for n in header if n != read_options.CORRUPT_COLUMN]
+        if declared is not None:
+            if options.has_header and [n.lower() for n in names] != [
+                n.lower() for n in declared.fieldNames()
+            ]:
+                raise IngestError(
+                    f"the schema's columns {declared.fieldNames()} are not the header's {names}"
+                )
+            return declared.fieldNames()
+    try:
+        read_options.check_columns(names)
+    except read_options.ReadOptionsError as exc:
+        raise IngestError(f"{src}: {exc}") from exc
+    return names
+
+
+def _empty_reason() -> Any:
+    from pyspark.sql import functions as F  # noqa: N812
+
+    return F.lit("").alias(inference.REASON_COLUMN)
+
+
+def _file() -> Any:
+    from pyspark.sql import functions as F  # noqa: N812
+
+    return F.input_file_name().alias(inference.FILE_COLUMN)

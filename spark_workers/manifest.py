@@ -1,0 +1,164 @@
+"""The manifest of a dataset version: what it holds and how it was made, in `_manifest.json`.
+
+    {"manifest": 1, "dataset": "flights@v2", "name": "flights", "version": "v2",
+     "created": "2026-11-26T22:10:00Z", "rows": 3368,
+     "schema": [{"name": "dep_time", "type": "int", "nullable": true}, ...],
+     "schema_ddl": "`year` INT, `dep_time` INT, ...", "schema_inferred": true,
+     "columns": {"dep_time": {"nulls": 81, "min": 1, "max": 2400, "distinct": 1003}, ...},
+     "files": [{"path": "part-00000-....parquet", "bytes": 51234}, ...],
+     "source": {"files": [{"path": "flights.csv", "bytes": 310538, "sha256": "..."}],
+                "sha256": "..."},
+     "options": {...the ingest's read options...},
+     "bad_rows": {"mode": "permissive", "count": 2, "quarantine": "_quarantine/bad_rows.jsonl"},
+     "checks": {...as declared...}}
+
+`min`/`max` are given for numbers, dates (ISO text) and timestamps (text, UTC); `distinct`
+is Spark's `approx_count_distinct` (about 5% relative error). The statistics are observed
+while the rows are written (`ingest`: no pass of their own). The manifest is written
+inside the version before it is made visible (`versions`): a visible version always has
+one.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
+    from pyspark.sql.types import StructType
+
+FILE_NAME = "_manifest.json"
+FORMAT = 1
+_ORDERED = ("byte", "short", "integer", "long", "float", "double", "decimal", "date")
+
+
+def statistics(schema: StructType) -> list[Column]:
+    """Aggregate columns: the row count, and per column nulls, min, max, distinct."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    out = [F.count(F.lit(1)).alias("stat:rows")]
+    for i, field in enumerate(schema.fields):
+        col = F.col(f"`{field.name}`")
+        out.append(F.count_if(col.isNull()).alias(f"stat:{i}:nulls"))
+        if "timestamp" in field.dataType.typeName():  # as text in the session's zone (UTC)
+            out.append(F.min(col).cast("string").alias(f"stat:{i}:min"))
+            out.append(F.max(col).cast("string").alias(f"stat:{i}:max"))
+        elif field.dataType.typeName() in _ORDERED:
+            out.append(F.min(col).alias(f"stat:{i}:min"))
+            out.append(F.max(col).alias(f"stat:{i}:max"))
+        out.append(F.approx_count_distinct(col).alias(f"stat:{i}:distinct"))
+    return out
+
+
+def columns_from(counts: dict[str, Any], schema: StructType) -> dict[str, dict[str, Any]]:
+    """Per-column statistics out of the aggregation's row."""
+    columns: dict[str, dict[str, Any]] = {}
+    for i, field in enumerate(schema.fields):
+        stats: dict[str, Any] = {"nulls": counts[f"stat:{i}:nulls"]}
+        if f"stat:{i}:min" in counts:
+            stats["min"] = _json_value(counts[f"stat:{i}:min"])
+            stats["max"] = _json_value(counts[f"stat:{i}:max"])
+        stats["distinct"] = counts[f"stat:{i}:distinct"]
+        columns[field.name] = stats
+    return columns
+
+
+def schema_entries(schema: StructType) -> list[dict[str, Any]]:
+    return [
+        {"name": f.name, "type": f.dataType.simpleString(), "nullable": f.nullable}
+        for f in schema.fields
+    ]
+
+
+def schema_ddl(schema: StructType) -> str:
+    """The schema as DDL, reusable as `--schema`."""
+    return ", ".join(
+        f"`{f.name.replace('`', '``')}` {f.dataType.simpleString().upper()}" for f in schema.fields
+    )
+
+
+def data_files(directory: str) -> list[dict[str, Any]]:
+    """The data files of a written version (paths relative to it)."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(directory):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "_")))
+        for filename in sorted(filenames):
+            if filename.startswith((".", "_")):
+                continue
+            path = os.path.join(dirpath, filename)
+            found.append({"path": os.path.relpath(path, directory), "bytes": os.path.getsize(path)})
+    return found
+
+
+def source_files(src: str) -> dict[str, Any]:
+    """The source's files with their SHA-256, and one checksum over all of them (by
+    relative path and content: the same files anywhere give the same checksum). A remote
+    source (`s3a://`...) is named, not read twice: no checksum."""
+    if "://" in src and not src.startswith("file://"):
+        return {"uri": src, "files": [], "sha256": None}
+    src = src.removeprefix("file://")
+    if os.path.isfile(src):
+        paths = [src]
+        base = os.path.dirname(src)
+    else:
+        base = src
+        paths = [
+            os.path.join(dirpath, f)
+            for dirpath, dirnames, filenames in os.walk(src)
+            for f in filenames
+            if not f.startswith((".", "_"))
+            and not any(
+                p.startswith((".", "_"))
+                for p in os.path.relpath(dirpath, src).split(os.sep)
+                if p != "."
+            )
+        ]
+    whole = hashlib.sha256()
+    files = []
+    for path in sorted(paths):
+        digest = hashlib.sha256()
+        with open(path, "rb") as data:
+            for block in iter(lambda: data.read(1 << 20), b""):
+                digest.update(block)
+        rel = os.path.relpath(path, base)
+        files.append({"path": rel, "bytes": os.path.getsize(path), "sha256": digest.hexdigest()})
+        whole.update(f"{rel}\0{digest.hexdigest()}\n".encode())
+    return {"files": files, "sha256": whole.hexdigest()}
+
+
+def now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def write(directory: str, manifest: dict[str, Any]) -> None:
+    with open(os.path.join(directory, FILE_NAME), "w", encoding="utf-8") as out:
+        json.dump(manifest, out, indent=1, ensure_ascii=False)
+        out.write("\n")
+
+
+def read(directory: str) -> dict[str, Any] | None:
+    """The manifest of a version directory, or None (a dataset not made by `ingest`)."""
+    path = os.path.join(directory, FILE_NAME)
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as source:
+        loaded = json.load(source)
+    return loaded if isinstance(loaded, dict) else None
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None:
+            return value.isoformat()
+        return value.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    if isinstance(value, float) and value != value:
+        return "NaN"
+    if hasattr(value, "is_finite"):  # Decimal
+        return float(value)
+    return value
