@@ -11,7 +11,9 @@ duplicates (no pid file to write after the fork: no window where a worker is unk
 With `standby = N` the driver keeps N standby workers running ahead of demand (the `Standby`
 protocol): `start(key)` gives the key to the oldest one that waits (the controller's
 assignment message, docs/protocol.md) and starts a replacement; the standby becomes slot 0 of
-the key's group, its other slots start as usual. A standby that exits is restarted as a
+the key's group, its other slots start as usual. A group that grows (`resize`) takes the
+standby workers that wait the same way, as its next slots, before it starts processes: scale-out
+then costs an assignment, not a worker's start-up. A standby that exits is restarted as a
 standby; once keyed, as a worker of its key. A restarted controller cannot read from /proc
 which key a standby was given (its environment is the one it started with), so it stops the
 workers that started as standbys (SIGTERM: they drain) and starts their groups anew.
@@ -211,12 +213,24 @@ class _Group:
         for slot in range(first, len(self.workers)):
             self._supervise_slot(slot, None)
 
+    def take_in(self, standby: _Group) -> None:
+        """A standby worker told to serve this group's key becomes its next slot (scale-out
+        without a start): its process goes on serving; once it exits, the slot restarts as a
+        worker of the key. The standby's own supervision ends with that process."""
+        info = standby.workers[0]
+        standby.key, standby.stopping = self.key, True  # no restart as a standby
+        self.tasks.extend(standby.tasks)  # awaited by this group's stop
+        slot = len(self.workers)
+        self.workers.append(info)
+        self._supervise_slot(slot, info.pid)
+
     async def _supervise(self, slot: int, adopted_pid: int | None) -> None:
         info = self.workers[slot]
         s = self.driver.settings
         backoff = s.restart_backoff
         if adopted_pid is not None:
             await self._wait_adopted(adopted_pid)
+            info.worker_id = self._worker_id(slot)  # a standby taken in ran under its own id
         while self._serving(info):
             started = time.monotonic()
             try:
@@ -314,9 +328,17 @@ class SubprocessDriver:
         if self._closed:
             raise base.DriverError(f"driver closed: group {key!r} not started")
         self._adopt_once()
-        if key not in self._groups and not await self._take_standby(key):
-            if key not in self._groups:  # not started meanwhile
-                self._launch(key, {})
+        if key not in self._groups:
+            standby = await self._assign_standby(key)
+            if standby is None:
+                if key not in self._groups:  # not started meanwhile
+                    self._launch(key, {})
+            elif key in self._groups or self._closed:  # started another way meanwhile
+                self._retire(standby)
+            else:
+                logger.info("standby worker %s takes key %r", standby.workers[0].worker_id, key)
+                standby.assign(key)
+                self._groups[key] = standby
         self._replenish()
 
     async def stop(self, key: str) -> None:
@@ -366,9 +388,36 @@ class SubprocessDriver:
         count = max(1, workers)
         grow = count - len(group.workers)
         if grow > 0:
+            # Each worker more is a process more, whether started or taken from the standby
+            # workers (a standby taken is replaced).
             room = self._process_limit() - len(self._standby) - sum(self._used().values())
             count = len(group.workers) + min(grow, max(0, room))
+            await self._grow_from_standby(key, count)
+            group = self._groups.get(key)
+            if group is None or group.stopping or self._closed:
+                return
         group.resize(count)
+
+    async def _grow_from_standby(self, key: str, count: int) -> None:
+        """Grow `key`'s group towards `count` workers with the standby workers that wait
+        (each told its key first): a worker already running, not one to start."""
+        taken = 0
+        while True:
+            group = self._groups.get(key)
+            if group is None or group.stopping or self._closed or len(group.workers) >= count:
+                break
+            standby = await self._assign_standby(key)
+            if standby is None:
+                break
+            group = self._groups.get(key)
+            if group is None or group.stopping or self._closed:
+                self._retire(standby)  # told the key of a group stopped meanwhile
+                break
+            group.take_in(standby)
+            taken += 1
+        if taken:
+            logger.info("%d standby worker(s) taken into the group of key %r", taken, key)
+            self._replenish()
 
     def sizes(self) -> dict[str, int]:
         return {key: len(g.workers) for key, g in self._groups.items()}
@@ -385,12 +434,13 @@ class SubprocessDriver:
     def attach(self, assign: base.Assign | None) -> None:
         self._assign = assign
 
-    async def _take_standby(self, key: str) -> bool:
-        """Give `key` to the oldest standby that takes it; False when none did."""
+    async def _assign_standby(self, key: str) -> _Group | None:
+        """The oldest standby worker that took `key` (told through the controller's
+        assignment), out of the standby list; None when none did."""
         for group in list(self._standby.values()):
             assign = self._assign
-            if assign is None or key in self._groups:
-                return False
+            if assign is None:
+                return None
             if self._standby.pop(str(group.standby_id), None) is None:
                 continue  # taken by another key meanwhile
             try:
@@ -402,14 +452,8 @@ class SubprocessDriver:
             if not taken:  # not waiting yet: keep it for a later key
                 self._standby[str(group.standby_id)] = group
                 continue
-            if key in self._groups or self._closed:  # started another way meanwhile
-                self._retire(group)
-                return True
-            logger.info("standby worker %s takes key %r", group.workers[0].worker_id, key)
-            group.assign(key)
-            self._groups[key] = group
-            return True
-        return False
+            return group
+        return None
 
     def _replenish(self) -> None:
         """Start standby workers until there are `standby` of them."""

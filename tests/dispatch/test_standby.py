@@ -228,3 +228,60 @@ async def test_a_keyed_standby_worker_that_dies_comes_back_as_a_worker_of_its_ke
     again = await client.call(pool, "kept", path="whoami", timeout=60)
     assert again.ok and again.json()["key"] == "kept" and again.json()["pid"] != pid
     assert [w.pid for w in _driver(running).describe()["kept"]] == [again.json()["pid"]]
+
+
+async def test_a_growing_group_takes_the_standby_workers_that_wait(
+    make_controller: MakeController, client: Client, pool: str
+) -> None:
+    """Scale-out through the standby workers: `resize` gives the key to the two that wait
+    (their pids ran before the resize), new standby workers replace them, all three serve
+    the key; one of them killed comes back as a worker of the key, and the group shrinks
+    back to one worker, the others ended."""
+    running = await make_controller(
+        pool, **_standby(standby=2, env={"WORKER_CONCURRENCY": "1"}, max_processes=8)
+    )
+    driver = _driver(running)
+    await _waiting(running, 2)
+    first = (await client.call(pool, "hot", path="whoami", timeout=60)).json()
+    waiting = await _waiting(running, 2)
+
+    await driver.resize("hot", 3)
+    grown = {w.pid for w in driver.describe()["hot"]}
+    assert grown == {first["pid"], *waiting.values()}  # no process started for the group
+    replacements = await _waiting(running, 2)
+    assert not set(replacements.values()) & grown
+
+    async def every_worker_answers() -> bool:
+        answers = await asyncio.gather(
+            *(client.call(pool, "hot", path="whoami", timeout=60) for _ in range(6))
+        )
+        seen.update(a.json()["pid"] for a in answers if a.ok and a.json()["key"] == "hot")
+        return seen == grown
+
+    seen: set[int] = set()
+    await eventually(every_worker_answers, what="the three workers of the key answering")
+
+    taken_pid = next(iter(waiting.values()))
+    os.kill(taken_pid, signal.SIGKILL)
+
+    async def restarted() -> bool:
+        workers = driver.describe()["hot"]
+        return len(workers) == 3 and all(w.pid not in (None, taken_pid) for w in workers)
+
+    await eventually(restarted, what="the killed worker restarted as a worker of the key")
+    (restarted_worker,) = [w for w in driver.describe()["hot"] if w.pid not in grown]
+    assert "standby" not in restarted_worker.worker_id  # a worker of the key's slot now
+    seen.clear()
+    grown = {w.pid for w in driver.describe()["hot"] if w.pid is not None}
+    await eventually(every_worker_answers, what="the restarted worker answering its key")
+
+    await driver.resize("hot", 1)
+    left = grown - {w.pid for w in driver.describe()["hot"]}
+    assert len(left) == 2
+
+    async def drained() -> bool:
+        return not any(_alive(pid) for pid in left)
+
+    await eventually(drained, what="the two workers taken away ended")
+    assert (await client.call(pool, "hot", path="whoami", timeout=60)).ok
+    assert len(await _waiting(running, 2)) == 2  # the standby workers untouched
