@@ -5,6 +5,7 @@ script and invisible characters render as text."""
 
 from __future__ import annotations
 
+import asyncio
 import urllib.parse
 from collections.abc import Awaitable, Callable
 
@@ -15,6 +16,7 @@ from osrdyne import Client
 from tests import broker
 from tests.conftest import Running
 from tests.console.conftest import Page, Serve
+from tests.scaling.hot_key import SCALING, WORKER_ENV
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.timeout(120)
@@ -221,6 +223,53 @@ async def test_a_big_pool_is_paged_and_sorted_by_the_controller(
         return rows[:3] == ["k116", "k115", "k114"]
 
     await eventually(reversed_, what="the keys from Z to A")
+    assert await page.errors() == []
+
+
+async def test_a_scaled_group_shows_the_scaler_s_figures(
+    make_controller: MakeController, serve: Serve, page: Page, client: Client, pool: str
+) -> None:
+    """A hot key under load grown to its maximum (3 workers, subprocess driver): its page
+    shows the group scaler's view (workers running and wanted, the reason, the backlog,
+    arrival and service rates, the busy share), its row the three workers."""
+    running = await make_controller(
+        pool,
+        scaling={**SCALING, "max_workers": 3},
+        driver={"subprocess": {"env": WORKER_ENV}},
+    )
+    base = await serve(running, token=TOKEN)
+    driver = running.controller.driver
+    load_on = True
+
+    async def caller() -> None:
+        while load_on:
+            assert (await client.call(pool, "hot", b"x", timeout=120)).ok
+
+    callers = [asyncio.create_task(caller()) for _ in range(12)]
+    try:
+        await eventually(lambda: driver.sizes().get("hot") == 3, what="hot grown to 3")
+        await page.sign_in(base, TOKEN)
+        await page.open(f"{base}/console/#/key/hot")
+
+        async def figures() -> dict[str, str] | None:
+            names = await page.texts("#key-scaling dt")
+            shown = dict(zip(names, await page.texts("#key-scaling dd"), strict=False))
+            wanted = shown.get("workers") == "3 running, 3 wanted"
+            return shown if wanted and shown.get("arrivals", "–") != "–" else None
+
+        shown = await eventually(figures, what="the scaler's figures of hot")
+        assert shown["reason"] and shown["service"].endswith("/s a worker")
+        assert shown["busy"].endswith(" %") and shown["saturated"] in ("no", "saturated")
+        await page.open(f"{base}/console/#/")
+
+        async def three_workers() -> bool:
+            cells = await page.texts(f"{row('hot')} td")
+            return len(cells) > 3 and cells[3].count("pid ") == 3
+
+        await eventually(three_workers, what="hot's row listing its three workers")
+    finally:
+        load_on = False
+        assert [r for r in await asyncio.gather(*callers, return_exceptions=True) if r] == []
     assert await page.errors() == []
 
 

@@ -94,12 +94,42 @@ function actionButton(label, run, props) {
   return button;
 }
 
-function workersText(workers) {
+function workersText(workers, scaling) {
   if (workers === null || workers === undefined) return h("span", { class: "muted" }, "–");
   if (!workers.length) return h("span", { class: "muted" }, "none");
   const names = workers.map((w) => (w.pid ? "pid " + w.pid : w.name || w.worker_id || "?"));
   const shown = names.slice(0, 3).join(", ") + (names.length > 3 ? ` +${names.length - 3}` : "");
-  return visible(shown);
+  return [visible(shown), sizeText(scaling)];
+}
+
+// The group scaler's decision beside the workers: "→ 8" while it grows or shrinks the group
+// to 8, a "saturated" badge when it needs more than the caps give.
+function sizeText(scaling) {
+  if (!scaling) return null;
+  return h(
+    "span",
+    { class: "scaling" },
+    scaling.desired !== scaling.current ? h("span", { class: "desired", title: "wanted by the group scaler: " + scaling.reason }, ` → ${number(scaling.desired)}`) : null,
+    scaling.saturated ? [" ", badge("saturated", "stalled")] : null,
+  );
+}
+
+function rate(value, unit) {
+  return value === null || value === undefined ? "–" : `${value.toFixed(value < 10 ? 2 : 1)} ${unit}`;
+}
+
+// The group scaler's view of one group (the key's page), or a line saying it does not size it.
+function scalingRows(scaling) {
+  if (!scaling) return h("p", { class: "muted" }, "The group scaler has not sized this group (no scaler, a driver that does not size groups, or no load yet).");
+  return rows([
+    ["workers", `${number(scaling.current)} running, ${number(scaling.desired)} wanted`],
+    ["reason", badge(scaling.reason, "none")],
+    ["backlog", scaling.backlog === null || scaling.backlog === undefined ? "–" : number(scaling.backlog) + " ready"],
+    ["arrivals", rate(scaling.arrival_rate, "/s")],
+    ["service", rate(scaling.service_rate, "/s a worker")],
+    ["busy", scaling.busy === null || scaling.busy === undefined ? "–" : `${Math.round(scaling.busy * 100)} %`],
+    ["saturated", scaling.saturated ? badge("saturated", "stalled") : "no"],
+  ]);
 }
 
 function workersTable(workers) {
@@ -492,7 +522,7 @@ export class PoolView {
       h("td", { class: "key" }, h("a", { href: keyHref(key) }, visible(key))),
       h("td", {}, stateBadges(g)),
       h("td", { class: "muted" }, ago(g.since, now)),
-      h("td", {}, workersText(g.workers)),
+      h("td", {}, workersText(g.workers, g.scaling)),
       h("td", { class: "num" }, restartsText(g)),
       h("td", { class: "num" }, number(g.messages_ready)),
       h("td", { class: "num" }, number(g.messages_unacknowledged)),
@@ -601,6 +631,7 @@ const KNOWN_GROUP = new Set([
   "failed_starts",
   "since",
   "cold_start",
+  "scaling",
 ]);
 
 export class KeyView {
@@ -610,6 +641,7 @@ export class KeyView {
     this.state = h("span", { class: "badges" });
     this.summary = h("div", { id: "key-summary" });
     this.workers = h("div", {});
+    this.scaling = h("div", { id: "key-scaling" });
     this.timeline = h("ol", { class: "timeline", id: "timeline" });
     this.deadLetters = h("div", { id: "dead-letters" });
     this.poison = h("div", { id: "key-poison" });
@@ -620,7 +652,7 @@ export class KeyView {
       { class: "view key" },
       h("p", {}, h("a", { href: "#/", class: "back" }, "‹ all groups")),
       h("div", { class: "key-head" }, h("h2", { id: "key-title" }, visible(key)), this.state, h("span", { class: "grow" }), this.warmButton, this.stopButton),
-      h("div", { class: "key-cards" }, card("Group", this.summary), card("Workers", this.workers)),
+      h("div", { class: "key-cards" }, card("Group", this.summary), card("Workers", this.workers), card("Scaling", this.scaling)),
       h("section", { class: "panel" }, h("h2", {}, "Timeline"), h("p", { class: "muted" }, "The last events of this key, newest first (kept in the controller's memory)."), this.timeline),
       h("section", { class: "panel" }, h("h2", {}, "Recent dead letters"), this.deadLetters),
       h("section", { class: "panel" }, h("h2", {}, "Poison entries"), this.poison),
@@ -644,6 +676,7 @@ export class KeyView {
       replace(this.state, badge("no group", "none"));
       replace(this.summary, h("p", { class: "muted" }, "This key has no group now. Warm it to start one."));
       replace(this.workers, h("p", { class: "muted" }, "–"));
+      replace(this.scaling, h("p", { class: "muted" }, "–"));
     } else {
       replace(this.state, stateBadges(g), h("span", { class: "muted" }, " since " + ago(g.since, now)));
       const extra = Object.entries(g).filter(([name]) => !KNOWN_GROUP.has(name));
@@ -658,6 +691,7 @@ export class KeyView {
         ]),
       );
       replace(this.workers, workersTable(g.workers));
+      replace(this.scaling, scalingRows(g.scaling));
     }
     if (timeline && timeline.key === this.key) {
       const events = [...timeline.events].reverse();
