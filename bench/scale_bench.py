@@ -4,7 +4,8 @@ One run, on a PRIVATE RabbitMQ node (`tests/faults/rabbit_node.py`: its own port
 logs, removed afterwards; the shared broker is never touched) started under a high open-files
 limit, so the broker's own defaults do not cut the curve short. For each queue type (quorum,
 classic) and each N (default 100, 1000, 5000), an in-process controller with the in-memory
-driver (queues only: no worker processes), in the node's `/` vhost (the one the broker's events
+driver (queues only: no worker processes; `--driver noop`: the real noop driver, which lists
+nothing, as for workers started by hand), in the node's `/` vhost (the one the broker's events
 are published to; emptied afterwards), takes a burst of N new keys, one request each,
 published as fast as the broker confirms. Measured:
 
@@ -23,7 +24,8 @@ published as fast as the broker confirms. Measured:
   taken by wrapping the controller's own histogram's `observe`);
 - idle controller CPU (a pool of N groups at the default intervals, over one
   `listing_interval`: its passes, one full listing of the request queues, gauges every second,
-  the broker's limits every 5 s), per pass and as a share of a core; the wall time of one
+  the broker's limits every 5 s), per pass and as a share of a core, and the group starts it
+  logged meanwhile (`idle_start_lines`: 0, whatever the driver); the wall time of one
   full listing (management API) and of a pass's convergence;
 - `/status`: a page of 100 groups and the whole document;
 - event lag: a request queue deleted by hand (management API) until the broker shows it made
@@ -212,6 +214,11 @@ class Node:
         )
 
 
+#: The driver of the bench's controllers (`--driver`): "memory" lists what it started, as a
+#: real driver does; "noop" is the real noop driver (it lists nothing: `base.Unlisted`).
+DRIVER = {"kind": "memory"}
+
+
 def controller_for(
     pool: str, amqp: str, management: str, n: int, queue_type: str, *, fd_headroom: int = 64
 ) -> Controller:
@@ -235,10 +242,24 @@ def controller_for(
         driver={"kind": "noop"},
         api={"enabled": False},
     )
+    if DRIVER["kind"] == "noop":
+        return Controller(settings)
     # The in-memory driver: groups cost nothing, but `list()` shows what was started, as a real
-    # driver's does (the noop driver lists nothing, so every pass would start every group
-    # again: a cost no real driver has).
+    # driver's does.
     return Controller(settings, driver=MemoryDriver())
+
+
+class StartLines(logging.Handler):
+    """Counts the group loop's `worker group ...: start` lines (a driver that cannot list
+    must not make every pass start every group again, issue 30)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().endswith(": start"):
+            self.count += 1
 
 
 async def publish(amqp: str, pool: str, keys: list[str]) -> None:
@@ -498,9 +519,18 @@ async def one_size(node: Node, queue_type: str, n: int, rounds: int = 3) -> dict
         await asyncio.sleep(controller.settings.groups.loop_interval + 1)
         idle_window = controller.settings.groups.listing_interval
         count0, sum0 = _histogram(passes)
+        starts = StartLines()
+        group_loop = logging.getLogger("osrdyne.controller._group_loop")
+        level = group_loop.level
+        group_loop.setLevel(logging.INFO)
+        group_loop.addHandler(starts)
         cpu0 = time.process_time()
-        await asyncio.sleep(idle_window)
-        cpu = time.process_time() - cpu0
+        try:
+            await asyncio.sleep(idle_window)
+        finally:
+            cpu = time.process_time() - cpu0
+            group_loop.removeHandler(starts)
+            group_loop.setLevel(level)
         count1, sum1 = _histogram(passes)
         rss = rss_mb()
         listings = []
@@ -533,6 +563,8 @@ async def one_size(node: Node, queue_type: str, n: int, rounds: int = 3) -> dict
         "status_whole_ms": whole_ms,
         "status_whole_kb": whole_kb,
         "idle_cpu_pct": 100 * cpu / idle_window,
+        # Group starts logged while idle (0: no pass starts a group it already asked for).
+        "idle_start_lines": starts.count,
         **event_lag,
         "rss_mb": rss,
         "broker_kb_per_queue": (after["mem_used"] - before["mem_used"]) / n / 1024,
@@ -785,12 +817,20 @@ async def main() -> None:
     parser.add_argument("--guard", type=int, default=600, help="guard burst (0: skip)")
     parser.add_argument("--json", type=Path)
     parser.add_argument(
+        "--driver",
+        choices=["memory", "noop"],
+        default="memory",
+        help="the controllers' driver: in-memory (lists what it started) or the real noop "
+        "driver (lists nothing: the pool of workers started by hand)",
+    )
+    parser.add_argument(
         "--one-frame-writes",
         action="store_true",
         help="write each AMQP frame with its own send, as aiormq does without osrdyne "
         "(the A/B of osrdyne.wire._aiormq's batched writes)",
     )
     args = parser.parse_args()
+    DRIVER["kind"] = args.driver
     if args.one_frame_writes:
         aiormq.connection.FrameGenerator.__anext__ = _one_frame  # type: ignore[method-assign]
     logging.basicConfig(level=logging.WARNING)
@@ -831,7 +871,8 @@ async def sizes(args: argparse.Namespace, results: dict[str, Any]) -> None:
                           "orphan_p99_ms",
                           "cpu_per_pass_ms", "list_wall_ms", "rss_mb",
                           "broker_kb_per_queue", "fd_per_queue", "status_page_ms",
-                          "status_whole_ms", "idle_cpu_pct", "event_lag_s"):  # fmt: skip
+                          "status_whole_ms", "idle_cpu_pct", "idle_start_lines",
+                          "event_lag_s"):  # fmt: skip
                 print(f"  {queue_type} {field}: {growth(rows, field)}")
     finally:
         await node.http.aclose()
