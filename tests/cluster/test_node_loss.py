@@ -237,8 +237,9 @@ async def test_a_rolling_restart_of_the_three_nodes_under_load(
     "nothing heals it until it is restarted. Workers that reconnect to it do not see the "
     "queues created on the majority meanwhile (NOT_FOUND): the cold keys' requests wait "
     "unconsumed (21 of 532 unanswered at the end of the test, 2026-11-27; under autoheal "
-    "41 of 432, twice in four runs). Kept running: an XPASS is reported.",
+    "41 of 432, twice in four runs). An XPASS is reported.",
 )
+@pytest.mark.soak  # 2.8 min of every CI run to show a known limit still holds: opt-in
 async def test_the_node_of_the_controller_paused_longer_than_the_heartbeat(
     cluster_pool: str,
     healthy_cluster: Cluster,
