@@ -154,6 +154,8 @@ class _Worker:
     busy_seconds: float
     in_flight: int
     concurrency: int
+    #: Seconds since its report before (None: its first): its report interval.
+    interval: float | None = None
 
 
 class RateEstimator:
@@ -198,6 +200,8 @@ class RateEstimator:
         self._now = max(self._now, now)
         previous = self._workers.get(worker)
         self._workers[worker] = current
+        if previous is not None and now > previous.at:
+            current.interval = now - previous.at
         if previous is None or current.handled < previous.handled:
             return  # first report, or a restarted worker whose counters began again
         handled = current.handled - previous.handled
@@ -226,13 +230,23 @@ class RateEstimator:
             self._samples.popleft()
 
     def _fresh(self, worker: str) -> bool:
-        """Heard from within `stale_after` (a drained-away worker falls out this way)."""
-        return self._workers[worker].at > self._now - self._stale_after
+        """Its busy share still holds: heard from within two of its report intervals (a
+        worker reports on its interval while busy, then once more as it goes idle, then
+        falls silent: silent for two intervals, it is idle), and within `stale_after`."""
+        reported = self._workers[worker]
+        span = self._stale_after
+        if reported.interval is not None:
+            span = min(span, max(2 * reported.interval, 1.0))
+        return reported.at > self._now - span
 
     @property
     def in_flight(self) -> int:
+        """What the workers heard lately hold (each report says what it holds then; a
+        worker silent for two of its intervals, or `held_for`, holds nothing)."""
         recent = self._now - self._held_for
-        return sum(w.in_flight for w in self._workers.values() if w.at > recent)
+        return sum(
+            w.in_flight for k, w in self._workers.items() if w.at > recent and self._fresh(k)
+        )
 
     @property
     def concurrency(self) -> int:

@@ -127,6 +127,23 @@ def test_a_silent_worker_holds_nothing_and_is_idle(clock: Clock) -> None:
     assert rates.load(workers=1, backlog=0).busy == 0.0
 
 
+def test_a_worker_silent_for_two_report_intervals_is_idle(clock: Clock) -> None:
+    """After a burst, the workers' last reports say they were busy; then they fall silent
+    (idle workers do not report): their shares stop counting after two of their intervals,
+    not after `stale_after`, so the group's need falls with the load."""
+    rates = RateEstimator(stale_after=15)
+    for second in range(4):  # fully busy, a report a second
+        for worker in ("w1", "w2"):
+            rates.report(worker, {"handled": 20.0 * second, "busy_seconds": second}, clock())
+        clock.advance(1)
+    rates.sample(0, clock())
+    assert rates.load(workers=2, backlog=0).busy == pytest.approx(1.0)
+    clock.advance(2.5)
+    rates.sample(0, clock())
+    assert rates.load(workers=2, backlog=0).busy == 0.0
+    assert recommend(POLICY, rates.load(workers=2, backlog=0)) == (1, Reason.MINIMUM)
+
+
 def test_a_restarted_worker_starts_its_counters_again(clock: Clock) -> None:
     rates = RateEstimator()
     rates.report("w1", {"handled": 100, "busy_seconds": 5}, clock())
