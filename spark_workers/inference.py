@@ -161,37 +161,51 @@ def infer(df: DataFrame, columns: list[str], options: read_options.ReadOptions) 
     return Inferred(T.StructType(fields), markers, nearly)
 
 
-def convert(df: DataFrame, schema: StructType, options: read_options.ReadOptions) -> DataFrame:
+def convert(
+    df: DataFrame, schema: StructType, options: read_options.ReadOptions, *, sources: bool = True
+) -> DataFrame:
     """`df` (text columns named as `schema`'s) typed as `schema`, with `REASON_COLUMN` (why
-    the row is bad, or empty) and `FILE_COLUMN`; keeps `CORRUPT_COLUMN` when present."""
+    the row is bad, or empty); with `sources`, also `FILE_COLUMN`, each value's text
+    (`raw_columns`) and `CORRUPT_COLUMN` when present, which the bad rows are read with
+    (without: the lean frame the good rows are written from, nothing in it copied for them).
+
+    Ordered for the common row, every value of which parses: the markers are looked at only
+    where a value did not parse (a marker that parses as the column's type, a sentinel such
+    as `-999`, is compared with every value; the optimizer drops the others' comparison, a
+    constant), and the reason's text is built only for a row with one."""
     from pyspark.sql import functions as F  # noqa: N812
     from pyspark.sql import types as T  # noqa: N812
 
     typed: list[Column] = []
-    reasons: list[Column] = []
+    #: (condition, reason) per check of a value; the row is bad where any condition holds.
+    checks: list[tuple[Column, Column]] = []
     checks_encoding = options.charset.startswith("UTF")
+    markers = [F.lit(m) for m in options.null_values]
     for field in schema.fields:
         raw = F.col(f"`{field.name}`")
         type_name = field.dataType.simpleString()
         if isinstance(field.dataType, T.StringType):
-            markers = list(options.text_null_values)
-            value = F.when(raw.isin(markers), None).otherwise(raw) if markers else raw
+            text_markers = list(options.text_null_values)
+            value = F.when(raw.isin(text_markers), None).otherwise(raw) if text_markers else raw
             typed.append(value.alias(field.name))
             if checks_encoding:
-                reasons.append(
-                    F.when(
+                checks.append(
+                    (
                         F.instr(raw, _REPLACEMENT) > 0,
                         F.lit(f"column {field.name}: not valid {options.charset}"),
                     )
                 )
             continue
-        is_marker = raw.isin(list(options.null_values))
         parsed = _parse(raw, type_name, options)
-        typed.append(F.when(is_marker, None).otherwise(parsed).alias(field.name))
-        failed = raw.isNotNull() & ~is_marker & parsed.isNull()
+        # A marker that parses (a sentinel) is nulled; one that does not is null already.
+        sentinel = F.lit(False)
+        for marker in markers:
+            sentinel = sentinel | ((raw == marker) & _parse(marker, type_name, options).isNotNull())
+        typed.append(F.when(sentinel, None).otherwise(parsed).alias(field.name))
+        failed = parsed.isNull() & raw.isNotNull() & ~raw.isin(markers)
         shown = F.substring(raw, 1, 40)
-        reasons.append(
-            F.when(
+        checks.append(
+            (
                 failed,
                 F.concat(F.lit(f"column {field.name}: '"), shown, F.lit(f"' is not a {type_name}")),
             )
@@ -200,12 +214,23 @@ def convert(df: DataFrame, schema: StructType, options: read_options.ReadOptions
     if _has_corrupt(df):
         corrupt = F.col(read_options.CORRUPT_COLUMN)
         what = f"not {len(schema.fields)} fields" if options.format == "csv" else "malformed JSON"
-        reasons.insert(0, F.when(corrupt.isNotNull(), F.lit(f"malformed record ({what})")))
-        extra.append(corrupt)
+        checks.insert(0, (corrupt.isNotNull(), F.lit(f"malformed record ({what})")))
+        if sources:
+            extra.append(corrupt)
+    if checks:
+        bad = checks[0][0]
+        for condition, _ in checks[1:]:
+            bad = bad | condition
+        reasons = [F.when(condition, text) for condition, text in checks]
+        reason = F.when(bad, F.concat_ws("; ", *reasons)).otherwise(F.lit(""))
+    else:
+        reason = F.lit("")
+    if not sources:
+        return df.select(*typed, reason.alias(REASON_COLUMN))
     raws = [F.col(f"`{f.name}`").alias(f"_raw_{i}") for i, f in enumerate(schema.fields)]
     return df.select(
         *typed,
-        F.concat_ws("; ", *reasons).alias(REASON_COLUMN) if reasons else F.lit(""),
+        reason.alias(REASON_COLUMN),
         F.input_file_name().alias(FILE_COLUMN),
         *extra,
         *raws,

@@ -93,7 +93,7 @@ def _run(spark: SparkSession, request: Request, *, say: Callable[[str], None]) -
     text, columns = read_text(spark, request.src, options, declared)
     if options.format == "parquet":
         schema = text.schema
-        typed = text.select("*", _empty_reason(), _file())
+        typed = text.select("*", _empty_reason())
     else:
         if declared is not None:
             schema = declared
@@ -111,7 +111,7 @@ def _run(spark: SparkSession, request: Request, *, say: Callable[[str], None]) -
                     f"not {typed_as} (e.g. {example!r}): declare it {typed_as} with --schema "
                     "to quarantine them instead"
                 )
-        typed = inference.convert(text, schema, options)
+        typed = inference.convert(text, schema, options, sources=False)
     say(("declared" if declared else "inferred") + f" schema: {manifest.schema_ddl(schema)}")
     for column in request.partition_by:
         if column not in schema.fieldNames():
@@ -121,7 +121,9 @@ def _run(spark: SparkSession, request: Request, *, say: Callable[[str], None]) -
     appending.check_key(request.dedup_on, schema)
     staged = versions.staging(request.root, request.dataset)
     try:
-        result = _write_checked(spark, request, typed, schema, staged, declared is None, base, say)
+        result = _write_checked(
+            spark, request, typed, text, schema, staged, declared is None, base, say
+        )
         versions.publish(
             request.root,
             staged,
@@ -140,15 +142,17 @@ def _write_checked(
     spark: SparkSession,
     request: Request,
     typed: DataFrame,
+    text: DataFrame,
     schema: StructType,
     staged: str,
     inferred: bool,
     base: appending.Base | None,
     say: Callable[[str], None],
 ) -> Result:
-    """Write the good rows aside, measuring as they go by (Spark observations: the bad rows'
-    count, the manifest's statistics and the checks' counts, all in the one pass that writes);
-    then the bad rows (read again only when there are some) and the unique checks."""
+    """Write the good rows of `typed` aside, measuring as they go by (Spark observations: the
+    bad rows' count, the manifest's statistics and the checks' counts, all in the one pass that
+    writes); then the bad rows (read again from `text` only when there are some) and the
+    unique checks."""
     from pyspark.sql import Observation
     from pyspark.sql import functions as F  # noqa: N812
 
@@ -186,7 +190,12 @@ def _write_checked(
     read_rows = int(all_rows.get.get("rows") or 0)
     added = int(new_rows.get.get("rows") or 0)
     counts = dict(good_rows.get) or {"stat:rows": 0}
-    bad = bad_rows.collect(typed, schema, options) if bad_count else []
+    # Read again, with each value's text and file, only when there are bad rows.
+    bad = (
+        bad_rows.collect(inference.convert(text, schema, options), schema, options)
+        if bad_count
+        else []
+    )
     try:
         bad_rows.judge(bad, options, count=bad_count)
     except bad_rows.BadRowsError as exc:
@@ -303,9 +312,3 @@ def _empty_reason() -> Any:
     from pyspark.sql import functions as F  # noqa: N812
 
     return F.lit("").alias(inference.REASON_COLUMN)
-
-
-def _file() -> Any:
-    from pyspark.sql import functions as F  # noqa: N812
-
-    return F.input_file_name().alias(inference.FILE_COLUMN)
