@@ -12,9 +12,10 @@ request queue is never touched, so requests wait there during a replacement.
 With `standby = N` the driver keeps N standby containers, started ahead of demand and not yet
 keyed (label `osrdyne.standby` instead of `osrdyne.key`, restart policy `no`). `start(key)`
 gives the key to one through the controller's assignment (docs/protocol.md) and starts a
-replacement. A label cannot change on a running container, so the driver records which key
-each assigned standby serves and lists it as index 0 of that key's group, and renames it to
-the name that index would have (`docker rename`): a restarted controller, which has no record,
+replacement. A group that grows (`resize`) takes the waiting standbys the same way, as its
+new indexes, before it creates containers. A label cannot change on a running container, so
+the driver records which key and index each assigned standby serves and lists it so in that
+key's group, and renames it to the name that index would have (`docker rename`): a restarted controller, which has no record,
 tells an assigned standby (renamed) from a waiting one (still under its standby name), and
 stops the former, whose key it cannot know, as the subprocess driver does. A standby that
 exits is removed and replaced; an assigned one that exits is replaced by a keyed container.

@@ -72,8 +72,8 @@ class DockerDriver:
         self._waiting: _Waiting = []
         #: Standby containers being given a key now (kept out of `_waiting` meanwhile).
         self._taking: set[str] = set()
-        #: The key each assigned standby container serves, by container id.
-        self._assigned: dict[str, str] = {}
+        #: The key and index each assigned standby container serves, by container id.
+        self._assigned: dict[str, tuple[str, int]] = {}
         self._standby_lock = asyncio.Lock()
         self._assign: base.Assign | None = None
         #: Containers of each group resized away from `workers` (the `Sizes` protocol).
@@ -86,11 +86,11 @@ class DockerDriver:
 
     async def start(self, key: str) -> None:
         async with self._lock(key):
-            taken = None if key in self._listed else await self._take_standby(key)
+            taken = None if key in self._listed else await self._take_standby(key, 0)
             with _map_errors(f"starting the worker group of {key!r}"):
                 await asyncio.to_thread(self._converge, key)
                 if taken is not None:
-                    await asyncio.to_thread(self._rename, taken, key)
+                    await asyncio.to_thread(self._rename, taken, key, 0)
         if taken is not None:
             await self._replenish()
 
@@ -161,9 +161,22 @@ class DockerDriver:
         if count == current:
             return
         self._sizes[key] = count
+        taken: list[tuple[str, int]] = []
         async with self._lock(key):
+            # The new indexes first from the standby containers that wait (told the key):
+            # running already, not started now; the others are created.
+            for index in range(current, count):
+                cid = await self._take_standby(key, index)
+                if cid is None:
+                    break
+                taken.append((cid, index))
             with _map_errors(f"resizing the worker group of {key!r} to {count}"):
                 await asyncio.to_thread(self._converge, key)
+                for cid, index in taken:
+                    await asyncio.to_thread(self._rename, cid, key, index)
+        if taken:
+            logger.info("%d standby container(s) taken into the group of key %r", len(taken), key)
+            await self._replenish()
 
     def sizes(self) -> dict[str, int]:
         return {key: self._size(key) for key in self._listed}
@@ -188,8 +201,9 @@ class DockerDriver:
     def attach(self, assign: base.Assign | None) -> None:
         self._assign = assign
 
-    async def _take_standby(self, key: str) -> str | None:
-        """Give `key` to the oldest standby container that takes it: its id, or None."""
+    async def _take_standby(self, key: str, index: int) -> str | None:
+        """Give `key` to the oldest standby container that takes it, as `index` of the key's
+        group: its id, or None."""
         for entry in list(self._waiting):
             assign = self._assign
             if assign is None:
@@ -212,7 +226,7 @@ class DockerDriver:
                 self._taking.discard(cid)
             if taken:
                 logger.info("standby container %s takes key %r", name, key)
-                self._assigned[cid] = key
+                self._assigned[cid] = (key, index)
                 return cid
             self._waiting.append(entry)  # not waiting yet: keep it for a later key
         return None
@@ -257,11 +271,11 @@ class DockerDriver:
             waiting.append(self._create_standby())
         return waiting
 
-    def _rename(self, cid: str, key: str) -> None:
-        """Name an assigned standby as index 0 of its key's group (see the module)."""
+    def _rename(self, cid: str, key: str, index: int) -> None:
+        """Name an assigned standby as `index` of its key's group (see the module)."""
         import docker.errors
 
-        name = names.object_name(self._context.pool, key, suffix=f"0-{self.version}")
+        name = names.object_name(self._context.pool, key, suffix=f"{index}-{self.version}")
         try:
             self._engine().api.rename(cid, name)
         except docker.errors.APIError as exc:
@@ -301,13 +315,14 @@ class DockerDriver:
         ]
 
     def _as_keyed(self, container: dict[str, Any]) -> dict[str, Any]:
-        """An assigned standby container as the first container of its key's group (its
-        labels cannot say so); one that has exited as outdated and gone, so that `start`
+        """An assigned standby container as the container of its key's group it was given
+        (its labels cannot say so); one that has exited as outdated and gone, so that `start`
         replaces it with a keyed container. Any other container as it is."""
-        key = self._assigned.get(container["Id"])
-        if key is None:
+        assigned = self._assigned.get(container["Id"])
+        if assigned is None:
             return container
-        labels = {**(container.get("Labels") or {}), LABEL_KEY: key, LABEL_INDEX: "0"}
+        key, index = assigned
+        labels = {**(container.get("Labels") or {}), LABEL_KEY: key, LABEL_INDEX: str(index)}
         state = container.get("State")
         if state not in ("running", "created", "restarting", "paused"):
             labels[LABEL_VERSION], state = "", "dead"

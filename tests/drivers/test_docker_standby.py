@@ -132,3 +132,38 @@ async def test_standby_containers_count_are_replaced_and_go_with_the_controller(
     # The waiting standby is gone; the one that took "one" serves it, kept as keyed ones are.
     serving = names.object_name(pool, "one", suffix=f"0-{driver.version}")
     assert [c.name for c in _standby_containers(docker_client, pool)] == [serving]
+
+
+async def test_a_growing_group_takes_the_standby_containers_that_wait(
+    start: Any, client: Client, pool: str, docker_client: Any
+) -> None:
+    """Scale-out through the standby containers: `resize` gives the key to the two that
+    wait (they existed before the resize), renames them as the group's indexes 1 and 2,
+    replaces them, and all three serve the key; shrinking back removes them."""
+    driver, _, _ = await start(standby=2, max_containers=8)
+    await _waiting(driver, pool, 2)
+    first = (await client.call(pool, "grown", path="whoami", timeout=90)).json()
+    waiting = await _waiting(driver, pool, 2)
+    ids = {c.name: c.id for c in _standby_containers(docker_client, pool)}
+    await driver.list()
+
+    await driver.resize("grown", 3)
+    renamed = [names.object_name(pool, "grown", suffix=f"{i}-{driver.version}") for i in (1, 2)]
+    assert {docker_client.containers.get(n).id for n in renamed} == {ids[n] for n in waiting}
+    replacements = await _waiting(driver, pool, 2)
+    assert not replacements & waiting
+
+    seen: set[str] = set()
+
+    async def every_worker_answers() -> bool:
+        answers = await asyncio.gather(
+            *(client.call(pool, "grown", path="whoami", timeout=60) for _ in range(9))
+        )
+        seen.update(a.json()["worker_id"] for a in answers if a.json()["key"] == "grown")
+        return seen == {first["worker_id"], *waiting}
+
+    await eventually(every_worker_answers, what="the three containers answering the key")
+    await driver.resize("grown", 1)
+    await driver.list()
+    assert len(driver.describe()["grown"]) == 1
+    assert not set(ids.values()) & {c.id for c in docker_client.containers.list(all=True)}
