@@ -166,4 +166,5 @@ async def test_a_growing_group_takes_the_standby_containers_that_wait(
     await driver.resize("grown", 1)
     await driver.list()
     assert len(driver.describe()["grown"]) == 1
-    assert not set(ids.values()) & {c.id for c in docker_client.containers.list(all=True)}
+    taken = {ids[n] for n in waiting}
+    assert not taken & {c.id for c in docker_client.containers.list(all=True)}
