@@ -15,9 +15,10 @@ gives the key to one through the controller's assignment (docs/protocol.md) and 
 replacement. A group that grows (`resize`) takes the waiting standbys the same way, as its
 new indexes, before it creates containers. A label cannot change on a running container, so
 the driver records which key and index each assigned standby serves and lists it so in that
-key's group, and renames it to the name that index would have (`docker rename`): a restarted controller, which has no record,
-tells an assigned standby (renamed) from a waiting one (still under its standby name), and
-stops the former, whose key it cannot know, as the subprocess driver does. A standby that
+key's group, and renames it to the name that index would have (`docker rename`): a
+restarted controller, which has no record, tells an assigned standby (renamed) from a waiting
+one (still under its standby name), and stops the former, whose key it cannot know, as the
+subprocess driver does. A standby that
 exits is removed and replaced; an assigned one that exits is replaced by a keyed container.
 
 A group's size changes while it runs (the `Sizes` protocol, for the controller's group
