@@ -56,6 +56,7 @@ import tempfile
 import time
 import urllib.parse
 import uuid
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +135,18 @@ class Run:
     def steady_latencies(self) -> list[float]:
         mid = (self.step_at + self.hot_end) / 2
         return [c.answered - c.sent for c in self.answered() if mid <= c.sent < self.hot_end]
+
+
+async def timed_call(client: Any, pool: str, key: str, c: Call) -> None:
+    """Call `key` with `c`'s number as the body; note when it was answered and whether `ok`
+    with that body (a failure is logged and leaves `c` unanswered)."""
+    try:
+        response = await client.call(pool, key, str(c.n).encode(), timeout=300)
+    except Exception as exc:  # noqa: BLE001
+        log.warning("call %d failed: %r", c.n, exc)
+        return
+    c.answered = time.monotonic()
+    c.ok = response.ok and response.body == str(c.n).encode()
 
 
 def settings(
@@ -219,14 +232,8 @@ async def one_run(
                 await asyncio.sleep(0.1)
             await asyncio.sleep(2.0)  # their imports and connections (a worker takes ~1 s)
 
-            async def call(c: Call) -> None:
-                try:
-                    response = await client.call(pool, KEY, str(c.n).encode(), timeout=300)
-                except Exception as exc:  # noqa: BLE001
-                    log.warning("call %d failed: %r", c.n, exc)
-                    return
-                c.answered = time.monotonic()
-                c.ok = response.ok and response.body == str(c.n).encode()
+            def call(c: Call) -> Awaitable[None]:
+                return timed_call(client, pool, KEY, c)
 
             tasks: list[asyncio.Task[None]] = []
             start = time.monotonic()
@@ -374,15 +381,6 @@ async def zipf_run(name: str, args: argparse.Namespace, tmp: Path, *, scaled: bo
             draw = random.Random(7)
             weights = zipf_weights(len(keys), args.zipf_top)
 
-            async def call(c: Call, key: str) -> None:
-                try:
-                    response = await client.call(pool, key, str(c.n).encode(), timeout=300)
-                except Exception as exc:  # noqa: BLE001
-                    log.warning("call %d failed: %r", c.n, exc)
-                    return
-                c.answered = time.monotonic()
-                c.ok = response.ok and response.body == str(c.n).encode()
-
             tasks: list[asyncio.Task[None]] = []
             start = time.monotonic()
             end = start + args.zipf_seconds
@@ -393,7 +391,7 @@ async def zipf_run(name: str, args: argparse.Namespace, tmp: Path, *, scaled: bo
                 rank = draw.choices(range(len(keys)), weights)[0]
                 c = Call(n=n, sent=time.monotonic())
                 calls.append((rank, c))
-                tasks.append(asyncio.create_task(call(c, keys[rank])))
+                tasks.append(asyncio.create_task(timed_call(client, pool, keys[rank], c)))
                 most = max(most, driver.sizes().get(keys[0], 0))
                 n += 1
                 t += 1.0 / args.zipf_rate
