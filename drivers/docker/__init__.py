@@ -18,8 +18,8 @@ the driver records which key and index each assigned standby serves and lists it
 key's group, and renames it to the name that index would have (`docker rename`): a
 restarted controller, which has no record, tells an assigned standby (renamed) from a waiting
 one (still under its standby name), and stops the former, whose key it cannot know, as the
-subprocess driver does. A standby that
-exits is removed and replaced; an assigned one that exits is replaced by a keyed container.
+subprocess driver does. A standby that exits is removed and replaced; an assigned one that
+exits is replaced by a keyed container.
 
 A group's size changes while it runs (the `Sizes` protocol, for the controller's group
 scaler): `resize(key, n)` creates the missing indexes or removes the highest ones (`docker
