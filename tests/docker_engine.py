@@ -28,6 +28,35 @@ BUSYBOX = Path("/bin/busybox")
 AMQP_URI = os.environ.get("RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
 
 
+def pool_containers(client: Any, pool: str, *, all: bool = True, label: str = "") -> list[Any]:
+    """The containers of `pool` (any state with `all`; also labelled `label` when given),
+    each as the engine describes it now. Those removed between the engine's list and their
+    description are left out: the SDK's `containers.list` describes each container it
+    listed and raises NotFound for one removed meanwhile (a driver shrinking its group,
+    another test cleaning up), which failed a CI run."""
+    import docker.errors
+
+    labels = [f"osrdyne.pool={pool}", *([label] if label else [])]
+    found = []
+    for listed in client.api.containers(all=all, filters={"label": labels}):
+        try:
+            found.append(client.containers.get(listed["Id"]))
+        except docker.errors.NotFound:
+            continue
+    return found
+
+
+def remove_pool_containers(client: Any, pool: str) -> None:
+    """Remove every container of `pool`, whatever its state (one already gone is no error)."""
+    import docker.errors
+
+    for listed in client.api.containers(all=True, filters={"label": [f"osrdyne.pool={pool}"]}):
+        try:
+            client.api.remove_container(listed["Id"], force=True)
+        except docker.errors.NotFound:
+            continue
+
+
 def _unavailable(reason: str) -> NoReturn:
     """Fail, with the reason: a component that cannot start fails the run, never skips it
     (deselect its tier instead: `scripts/test.sh --quick`, or `-m "not docker"`)."""

@@ -33,6 +33,7 @@ import pytest
 
 from tests.cluster.conftest import Cluster
 from tests.conftest import Running
+from tests.docker_engine import pool_containers, remove_pool_containers
 from tests.faults.conftest import Caller
 from tests.faults.report import Tally
 from tests.waiting import eventually
@@ -322,8 +323,7 @@ async def test_workers_in_containers_fail_over_twice(
         running, caller = await start(
             cluster, pool, make_controller, make_caller, tally, driver=driver
         )
-        label = {"label": [f"osrdyne.pool={pool}"]}
-        before = {c.id for c in docker_client.containers.list(filters=label)}
+        before = {c.id for c in pool_containers(docker_client, pool, all=False)}
         assert len(before) == len(WARM)
         for fault_number in (1, 2):
             nodes = await eventually(
@@ -347,17 +347,11 @@ async def test_workers_in_containers_fail_over_twice(
             )
         await report(cluster, pool, running, caller)
         # The same containers all along: they failed over in-process, nobody restarted them.
-        after = {c.id for c in docker_client.containers.list(filters=label)}
+        after = {c.id for c in pool_containers(docker_client, pool, all=False)}
         assert after == before
-        assert all(
-            c.attrs["RestartCount"] == 0
-            for c in docker_client.containers.list(all=True, filters=label)
-        )
+        assert all(c.attrs["RestartCount"] == 0 for c in pool_containers(docker_client, pool))
     finally:
-        for container in docker_client.containers.list(
-            all=True, filters={"label": [f"osrdyne.pool={pool}"]}
-        ):
-            container.remove(force=True)
+        remove_pool_containers(docker_client, pool)
 
 
 async def _moved(cluster: Cluster, pool: str, lost: int) -> set[int] | None:

@@ -32,6 +32,7 @@ import httpx
 import pytest
 
 from osrdyne import Client
+from tests.docker_engine import pool_containers, remove_pool_containers
 from tests.waiting import eventually
 
 REPO = Path(__file__).resolve().parents[2]
@@ -184,10 +185,7 @@ def stack() -> Iterator[Stack]:
         client = docker.DockerClient(base_url=docker_host, version="auto", timeout=60)
         try:
             made.run("stop", "osrdyne", timeout=120)
-            for container in client.containers.list(
-                all=True, filters={"label": [f"osrdyne.pool={pool}"]}
-            ):
-                container.remove(force=True)
+            remove_pool_containers(client, pool)
         finally:
             client.close()
             made.run("down", "--volumes", "--remove-orphans", timeout=300)
@@ -231,7 +229,7 @@ def _workers(stack: Stack) -> list[Any]:
 
     client = docker.DockerClient(base_url=stack.docker_host, version="auto", timeout=60)
     try:
-        return list(client.containers.list(filters={"label": [f"osrdyne.pool={stack.pool}"]}))
+        return pool_containers(client, stack.pool, all=False)
     finally:
         client.close()
 

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from drivers import base
-from tests.docker_engine import AMQP_URI, REPO, _unavailable
+from tests.docker_engine import AMQP_URI, REPO, _unavailable, remove_pool_containers
 
 
 @pytest.fixture
@@ -69,10 +69,7 @@ class Drivers:
 
 def remove_containers(docker_client: Any, pool: str) -> None:
     """Remove every container of `pool`, whatever state it is in."""
-    for container in docker_client.containers.list(
-        all=True, filters={"label": [f"osrdyne.pool={pool}"]}
-    ):
-        container.remove(force=True)
+    remove_pool_containers(docker_client, pool)
 
 
 @pytest.fixture

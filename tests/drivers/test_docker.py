@@ -16,6 +16,7 @@ import pytest
 from drivers import base, names
 from drivers import docker as docker_driver
 from osrdyne import wire
+from tests.docker_engine import pool_containers
 
 DriverFactory = Any
 
@@ -23,10 +24,6 @@ DriverFactory = Any
 pytestmark = pytest.mark.timeout(300)
 
 KEY = "Infra/42 é\u00e9 — spaces & ünïcode"
-
-
-def pool_containers(client: Any, pool: str) -> list[Any]:
-    return client.containers.list(all=True, filters={"label": [f"osrdyne.pool={pool}"]})
 
 
 async def test_start_list_stop_are_idempotent(

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from osrdyne import Client
+from tests.docker_engine import pool_containers
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.timeout(300)
@@ -42,5 +43,5 @@ async def test_calls_are_answered_by_worker_containers(
 
 def _running(docker_client: Any, pool: str, count: int) -> list[Any] | None:
     """The running containers of `pool` once there are `count` of them."""
-    found = docker_client.containers.list(filters={"label": [f"osrdyne.pool={pool}"]})
+    found = pool_containers(docker_client, pool, all=False)
     return found if len(found) == count else None

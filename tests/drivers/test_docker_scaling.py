@@ -12,6 +12,7 @@ import pytest
 from osrdyne import Client
 from osrdyne.controller import Controller
 from tests.conftest import controller_settings
+from tests.docker_engine import pool_containers, remove_pool_containers
 from tests.scaling.hot_key import SCALING, WORKER_ENV, grow_and_shrink
 
 pytestmark = pytest.mark.timeout(300)
@@ -44,7 +45,7 @@ async def test_a_hot_key_grows_to_its_maximum_containers_and_back_to_one(
     task = asyncio.create_task(controller.run(), name=f"controller {pool}")
 
     def running() -> int:
-        return len(docker_client.containers.list(filters={"label": [f"osrdyne.pool={pool}"]}))
+        return len(pool_containers(docker_client, pool, all=False))
 
     try:
         await asyncio.wait_for(controller.wait_leader(), 30)
@@ -55,7 +56,4 @@ async def test_a_hot_key_grows_to_its_maximum_containers_and_back_to_one(
     finally:
         controller.stop()
         await asyncio.wait_for(task, 60)
-        for container in docker_client.containers.list(
-            all=True, filters={"label": [f"osrdyne.pool={pool}"]}
-        ):
-            container.remove(force=True)
+        remove_pool_containers(docker_client, pool)

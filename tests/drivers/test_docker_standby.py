@@ -19,6 +19,7 @@ from drivers.docker import LABEL_STANDBY, DockerDriver
 from osrdyne import Client, PoolNames, Status
 from osrdyne.controller import Controller
 from tests import broker
+from tests.docker_engine import pool_containers
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.timeout(300)
@@ -48,7 +49,7 @@ async def _waiting(driver: DockerDriver, pool: str, count: int) -> set[str]:
 
 
 def _standby_containers(docker_client: Any, pool: str) -> list[Any]:
-    return docker_client.containers.list(filters={"label": [f"osrdyne.pool={pool}", LABEL_STANDBY]})
+    return pool_containers(docker_client, pool, all=False, label=LABEL_STANDBY)
 
 
 @pytest.fixture
@@ -98,15 +99,13 @@ async def test_a_new_key_is_answered_by_a_standby_container_that_is_replaced(
     # The controller stops: its driver removes the waiting standbys, keeps the keyed one.
     controller.stop()
     await asyncio.wait_for(task, 60)
-    left = {
-        c.name for c in docker_client.containers.list(filters={"label": f"osrdyne.pool={pool}"})
-    }
+    left = {c.name for c in pool_containers(docker_client, pool, all=False)}
     assert left == {renamed}
     # A restarted controller's driver has no record of the assignment: it stops the renamed
     # standby (its key unknown to it) and starts standbys anew.
     restarted = echo_docker_driver(standby=2)
     assert await restarted.list() == set()
-    assert renamed not in {c.name for c in docker_client.containers.list(all=True)}
+    assert renamed not in {c.name for c in pool_containers(docker_client, pool)}
     assert len(restarted.standby_workers()) == 2
 
 
@@ -167,4 +166,4 @@ async def test_a_growing_group_takes_the_standby_containers_that_wait(
     await driver.list()
     assert len(driver.describe()["grown"]) == 1
     taken = {ids[n] for n in waiting}
-    assert not taken & {c.id for c in docker_client.containers.list(all=True)}
+    assert not taken & {c.id for c in pool_containers(docker_client, pool)}
