@@ -38,20 +38,18 @@ async def declare_pool(
 ) -> None:
     """Declare the pool's exchanges and queues (idempotent).
 
+    The request exchange comes last: once clients can see it, the orphan queue behind its
+    alternate exchange is bound, so no request of a starting pool is returned unroutable (a
+    client takes that as "no controller" and gives up at once).
+
     `replicated`: the pool's queues are quorum queues (a cluster). A queue that already
     exists with another type is kept as it is, with a warning: the broker cannot convert it."""
+    fanout, direct = aio_pika.ExchangeType.FANOUT, aio_pika.ExchangeType.DIRECT
     channel = await connection.channel()
     try:
-        fanout, direct = aio_pika.ExchangeType.FANOUT, aio_pika.ExchangeType.DIRECT
         orphan_x = await channel.declare_exchange(names.orphan_exchange, fanout, durable=True)
         dl_x = await channel.declare_exchange(names.dead_letter_exchange, fanout, durable=True)
         activity_x = await channel.declare_exchange(names.activity_exchange, fanout, durable=True)
-        await channel.declare_exchange(
-            names.request_exchange,
-            direct,
-            durable=True,
-            arguments={"alternate-exchange": names.orphan_exchange},
-        )
     finally:
         await channel.close()
     queues: dict[str, tuple[dict[str, Any], aio_pika.abc.AbstractExchange | None]] = {
@@ -65,6 +63,16 @@ async def declare_pool(
         if replicated:
             arguments = {**arguments, "x-queue-type": "quorum"}
         await _declare_queue(connection, name, arguments, exchange)
+    channel = await connection.channel()
+    try:
+        await channel.declare_exchange(
+            names.request_exchange,
+            direct,
+            durable=True,
+            arguments={"alternate-exchange": names.orphan_exchange},
+        )
+    finally:
+        await channel.close()
 
 
 async def _declare_queue(

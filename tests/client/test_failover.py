@@ -228,6 +228,42 @@ async def test_a_pool_of_classic_queues_keeps_them_when_it_moves_to_a_cluster(
         await connection.close()
 
 
+async def test_a_pool_s_request_exchange_appears_only_once_its_orphans_are_routed(
+    pool: str,
+) -> None:
+    """A client that sees the request exchange publishes at once; were the orphan queue not
+    yet bound behind it, the broker would return the request unroutable and the client would
+    fail with `PoolNotFound` (a CI run did, right after a controller started). The broker's
+    own events give the order: the request exchange is created after the orphan binding."""
+    names = PoolNames(pool)
+    connection = await wire.connect(broker.AMQP_URL, name="test pool declaration order")
+    try:
+        channel = await connection.channel()
+        events = await channel.declare_queue(exclusive=True, auto_delete=True)
+        for event in ("exchange.created", "binding.created"):
+            await events.bind("amq.rabbitmq.event", routing_key=event)
+        await _topology.declare_pool(connection, names, replicated=False)
+
+        seen: list[str] = []
+
+        async def heard_the_request_exchange() -> bool:
+            while (message := await events.get(fail=False, no_ack=True)) is not None:
+                headers = message.headers
+                if message.routing_key == "exchange.created":
+                    seen.append(f"exchange {wire.text(headers.get('name'))}")
+                else:
+                    source = wire.text(headers.get("source_name"))
+                    seen.append(f"binding {source} {wire.text(headers.get('destination_name'))}")
+            return f"exchange {names.request_exchange}" in seen
+
+        await eventually(heard_the_request_exchange, what="the request exchange's event")
+        orphans = f"binding {names.orphan_exchange} {names.orphan_queue}"
+        assert orphans in seen, seen
+        assert seen.index(orphans) < seen.index(f"exchange {names.request_exchange}"), seen
+    finally:
+        await connection.close()
+
+
 def test_a_workers_addresses_are_checked_when_it_starts(monkeypatch: pytest.MonkeyPatch) -> None:
     """`WORKER_AMQP_URI` may carry several addresses; a wrong one fails at start, not at the
     first reconnection."""
