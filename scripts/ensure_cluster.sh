@@ -17,7 +17,15 @@
 # belongs). Needs the rabbitmq-server package (scripts/ensure_broker.sh installs it).
 set -euo pipefail
 
+#: Which cluster (1 or 2): OSRDYNE_CLUSTER=2 makes a second one beside the first (the test
+#: suite runs its cluster tests on two at once), nodes osrdyne-c4..c6, AMQP on 5684-5686,
+#: management on 15684-15686, distribution on 25684-25686, links from 127.0.0.5-7, files
+#: under $OSRDYNE_CLUSTER_DIR-2. Its nodes are still numbered 1-3 in the arguments above.
+CLUSTER=${OSRDYNE_CLUSTER:-1}
+[[ $CLUSTER == 1 || $CLUSTER == 2 ]] || { echo "OSRDYNE_CLUSTER is 1 or 2, not $CLUSTER" >&2; exit 2; }
+OFFSET=$((3 * (CLUSTER - 1)))
 BASE=${OSRDYNE_CLUSTER_DIR:-/tmp/osrdyne-cluster}
+((CLUSTER == 1)) || BASE=$BASE-$CLUSTER
 BIN=/usr/lib/rabbitmq/bin
 [[ -x $BIN/rabbitmq-server ]] || BIN=$(dirname "$(command -v rabbitmq-server)")
 NODES=(1 2 3)
@@ -27,10 +35,10 @@ HEARTBEAT=${OSRDYNE_CLUSTER_HEARTBEAT:-5}
 TICKTIME=${OSRDYNE_CLUSTER_TICKTIME:-8}
 
 log() { echo "ensure_cluster: $*" >&2; }
-node_name() { echo "osrdyne-c$1@localhost"; }
-amqp_port() { echo $((5680 + $1)); }
-mgmt_port() { echo $((15680 + $1)); }
-dist_port() { echo $((25680 + $1)); }
+node_name() { echo "osrdyne-c$((OFFSET + $1))@localhost"; }
+amqp_port() { echo $((5680 + OFFSET + $1)); }
+mgmt_port() { echo $((15680 + OFFSET + $1)); }
+dist_port() { echo $((25680 + OFFSET + $1)); }
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 # Run as `rabbitmq` when we are root (as the Debian wrapper does), else as ourselves.
@@ -71,9 +79,10 @@ write_files() {
   mkdir -p "$dir/mnesia" "$dir/log"
   echo "# osrdyne cluster node: everything comes from the environment" >"$dir/rabbitmq-env.conf"
   echo "[rabbitmq_management,rabbitmq_event_exchange]." >"$dir/enabled_plugins"
-  # Each node opens its links to the others from its own loopback address (127.0.0.2-4),
-  # so that packet filter rules can cut one node-to-node link (tests/cluster/network.py).
-  echo "[{kernel, [{net_ticktime, $TICKTIME}, {inet_dist_connect_options, [{ip, {127,0,0,$((n + 1))}}]}]}]." \
+  # Each node opens its links to the others from its own loopback address (127.0.0.2-4; 5-7
+  # on the second cluster), so that packet filter rules can cut one node-to-node link
+  # (tests/cluster/network.py).
+  echo "[{kernel, [{net_ticktime, $TICKTIME}, {inet_dist_connect_options, [{ip, {127,0,0,$((OFFSET + n + 1))}}]}]}]." \
     >"$dir/advanced.config"
   cat >"$dir/rabbitmq.conf" <<EOF
 listeners.tcp.default = 127.0.0.1:$(amqp_port "$n")

@@ -53,8 +53,9 @@ fi
 
 # Everything in parallel (most of the suite waits on the broker and on the processes it
 # starts: more workers than cores), but the tests that take broker nodes down: those run
-# apart, after, two at a time (the cluster's and the private node's), not beside the JVMs
-# of the Spark tests, which delayed a paused node's heartbeats past what the tests allow.
+# apart, after, three at a time (the private node's and those of two clusters, each half of
+# the cluster tests: tests/components.py), not beside the JVMs of the Spark tests, which
+# delayed a paused node's heartbeats past what the tests allow.
 faults=$(.venv/bin/python -c 'from tests.components import NODE_FAULTS; print(NODE_FAULTS)')
 phase() {  # pytest's exit status, where "no test selected" (5) is no failure
   local status=0
@@ -65,5 +66,5 @@ phase() {  # pytest's exit status, where "no test selected" (5) is no failure
 status=0
 phase -m "not ($faults)" -n "${OSRDYNE_TEST_WORKERS:-4}" --dist loadgroup "${args[@]}" || status=$?
 echo "test.sh: now the tests that take broker nodes down ($faults)" >&2
-phase -m "$faults" -n 2 --dist loadgroup "${args[@]}" || status=$?
+phase -m "$faults" -n 3 --dist loadgroup "${args[@]}" || status=$?
 exit "$status"

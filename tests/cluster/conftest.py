@@ -1,11 +1,14 @@
 """The three-node RabbitMQ cluster of `scripts/ensure_cluster.sh`, for the tests that lose a node.
 
-The session fixture `cluster` runs the script (nodes osrdyne-c1..c3@localhost, AMQP
-5681-5683, management 15681-15683); the cluster stays up for the whole run and is stopped at
-the end unless it was already up. `healthy_cluster` gives each test all three nodes running
-and, after it, resumes a paused node, restarts a killed or stopped one and deletes the test
-pool's objects. Faults are real: SIGKILL and SIGSTOP to a node's Erlang VM, `rabbitmqctl stop`.
-The shared broker on 5672 is never touched.
+The fixture `cluster` runs the script (nodes osrdyne-c1..c3@localhost, AMQP 5681-5683,
+management 15681-15683); the cluster stays up for the whole run and is stopped at the end
+unless it was already up. Under pytest-xdist the tests are split over two such clusters
+(tests/components.py puts each module in the xdist group of one): the second is the script's
+`OSRDYNE_CLUSTER=2` (osrdyne-c4..c6@localhost, AMQP 5684-5686), numbered 1-3 like the first,
+and started only by a worker that runs its group. `healthy_cluster` gives each test all three
+nodes running and, after it, resumes a paused node, restarts a killed or stopped one and
+deletes the test pool's objects. Faults are real: SIGKILL and SIGSTOP to a node's Erlang VM,
+`rabbitmqctl stop`. The shared broker on 5672 is never touched.
 """
 
 from __future__ import annotations
@@ -34,8 +37,9 @@ from tests.faults.conftest import make_caller, make_tally, reliability_path  # n
 from tests.waiting import eventually
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "ensure_cluster.sh"
-BASE = Path(os.environ.get("OSRDYNE_CLUSTER_DIR", "/tmp/osrdyne-cluster"))
 NODES = (1, 2, 3)
+#: The xdist group of each cluster's tests (tests/components.py): cluster 1, cluster 2.
+GROUPS = {"cluster": 1, "cluster-2": 2}
 SCRIPT_TIMEOUT = 240.0
 
 
@@ -55,25 +59,35 @@ def _port_open(port: int) -> bool:
 
 
 class Cluster:
-    """Where the three nodes are, and the faults done to them."""
+    """Where the three nodes of cluster `number` (1 or 2) are, and the faults done to them.
+    Nodes are numbered 1-3 in either."""
 
-    amqp_urls = [f"amqp://guest:guest@127.0.0.1:{5680 + n}/%2F" for n in NODES]
-    management_urls = [f"http://127.0.0.1:{15680 + n}" for n in NODES]
-
-    def __init__(self) -> None:
+    def __init__(self, number: int = 1) -> None:
+        self.cluster = number
+        #: What this cluster's node numbers add to 1-3 (names, ports, addresses).
+        self.offset = 3 * (number - 1)
+        self.amqp_urls = [f"amqp://guest:guest@127.0.0.1:{self.amqp_port(n)}/%2F" for n in NODES]
+        self.management_urls = [f"http://127.0.0.1:{15680 + self.offset + n}" for n in NODES]
+        #: Whether it ran before this process started it (then it is left running).
+        self.was_up = False
+        #: Why it could not start, once that happened (each test after fails at once).
+        self.failed: str | None = None
         self.paused: set[int] = set()
         #: Nodes paused and resumed since the last `restore` (restarted by it).
         self.was_paused: set[int] = set()
 
-    @staticmethod
-    def name(n: int) -> str:
-        return f"osrdyne-c{n}@localhost"
+    def name(self, n: int) -> str:
+        return f"osrdyne-c{self.offset + n}@localhost"
 
-    @staticmethod
-    def number(node_name: str) -> int:
+    def number(self, node_name: str) -> int:
         found = re.fullmatch(r"osrdyne-c(\d)@localhost", node_name)
         assert found, node_name
-        return int(found.group(1))
+        n = int(found.group(1)) - self.offset
+        assert n in NODES, node_name
+        return n
+
+    def amqp_port(self, n: int) -> int:
+        return 5680 + self.offset + n
 
     def amqp(self, n: int) -> str:
         return self.amqp_urls[n - 1]
@@ -95,7 +109,7 @@ class Cluster:
         raise RuntimeError(f"no running VM for node {n}")
 
     def up(self, n: int) -> bool:
-        return _port_open(5680 + n)
+        return _port_open(self.amqp_port(n))
 
     # -- faults (blocking: call them through asyncio.to_thread) ----------------------------
 
@@ -150,7 +164,11 @@ class Cluster:
 
     def _script(self, *args: str) -> str:
         done = subprocess.run(
-            [str(SCRIPT), *args], capture_output=True, text=True, timeout=SCRIPT_TIMEOUT
+            [str(SCRIPT), *args],
+            capture_output=True,
+            text=True,
+            timeout=SCRIPT_TIMEOUT,
+            env={**os.environ, "OSRDYNE_CLUSTER": str(self.cluster)},
         )
         if done.returncode != 0:
             raise RuntimeError(f"ensure_cluster.sh {' '.join(args)}: {done.stderr[-2000:]}")
@@ -263,19 +281,36 @@ async def connection_port(cluster: Cluster, name: str) -> tuple[int, int]:
 
 
 @pytest.fixture(scope="session")
-def cluster() -> Iterator[Cluster]:
-    """The three-node cluster, started once; stopped at the end unless it was already up."""
-    was_up = all(_port_open(5680 + n) for n in NODES)
-    nodes = Cluster()
+def clusters() -> Iterator[dict[int, Cluster]]:
+    """The clusters this process has used, each started on first use; at the end, each is
+    stopped unless it was already up."""
+    started: dict[int, Cluster] = {}
     try:
-        nodes.ensure()
-    except (RuntimeError, subprocess.TimeoutExpired) as exc:
-        pytest.fail(f"cannot start the RabbitMQ cluster: {exc}")
-    try:
-        yield nodes
+        yield started
     finally:
-        if not was_up:
-            subprocess.run([str(SCRIPT), "--stop"], capture_output=True, timeout=SCRIPT_TIMEOUT)
+        for nodes in started.values():
+            if not nodes.was_up:
+                with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
+                    nodes._script("--stop")
+
+
+@pytest.fixture
+def cluster(clusters: dict[int, Cluster], request: pytest.FixtureRequest) -> Cluster:
+    """The three-node cluster of the test's xdist group: the first one in a run without xdist
+    (the second would only cost its start)."""
+    group = request.node.get_closest_marker("xdist_group")
+    parallel = os.environ.get("PYTEST_XDIST_WORKER") is not None
+    number = GROUPS.get(group.args[0], 1) if group is not None and parallel else 1
+    if number not in clusters:
+        nodes = clusters[number] = Cluster(number)
+        nodes.was_up = all(nodes.up(n) for n in NODES)
+        try:
+            nodes.ensure()
+        except (RuntimeError, subprocess.TimeoutExpired) as exc:
+            nodes.failed = f"cannot start RabbitMQ cluster {number}: {exc}"
+    if clusters[number].failed is not None:
+        pytest.fail(clusters[number].failed)
+    return clusters[number]
 
 
 @pytest.fixture
@@ -323,7 +358,7 @@ async def cluster_pool(
 def network(healthy_cluster: Cluster) -> Iterator[Network]:
     """The cluster's links (tests/cluster/network.py), every cut undone after the test,
     before the nodes are checked."""
-    net = Network()
+    net = Network(healthy_cluster.cluster)
     try:
         yield net
     finally:

@@ -2,14 +2,17 @@
 
 Each node of `scripts/ensure_cluster.sh` opens its links to the other nodes from its own
 loopback address (node 1 from 127.0.0.2, node 2 from 127.0.0.3, node 3 from 127.0.0.4:
-`inet_dist_connect_options`) to the others' distribution ports (25681-25683 on 127.0.0.1).
+`inet_dist_connect_options`) to the others' distribution ports (25681-25683 on 127.0.0.1);
+the second cluster's nodes from 127.0.0.5-7 to 25684-25686.
 So a link between two nodes is told apart from every other by its addresses and ports, and an
 iptables rule drops its packets while both nodes and every other link go on: a partition, not
 a crash. Client links are told apart by the client's port (as the broker lists it).
 
-Every rule lives in one chain of our own (`OSRDYNE-NET`), jumped to from OUTPUT for loopback
-packets (each packet on `lo` passes OUTPUT once); `heal()` flushes it, and the fixture that
-hands out a `Network` heals after each test whatever happened. Needs root and iptables.
+Every rule lives in a chain of our own, one per cluster (`OSRDYNE-NET`, `OSRDYNE-NET2`),
+jumped to from OUTPUT for loopback packets (each packet on `lo` passes OUTPUT once); `heal()`
+flushes it, and the fixture that hands out a `Network` heals after each test whatever
+happened. The rules name the cluster's own addresses and ports: cutting one cluster leaves the
+other alone. Needs root and iptables.
 """
 
 from __future__ import annotations
@@ -17,21 +20,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 from collections.abc import Sequence
-
-CHAIN = "OSRDYNE-NET"
-
-
-def source_address(n: int) -> str:
-    """The address node `n` (1-3) opens its links to the other nodes from."""
-    return f"127.0.0.{n + 1}"
-
-
-def dist_port(n: int) -> int:
-    return 25680 + n
-
-
-def amqp_port(n: int) -> int:
-    return 5680 + n
 
 
 def available() -> str | None:
@@ -45,19 +33,33 @@ def available() -> str | None:
 
 
 class Network:
-    """The cuts done to the cluster's links; all undone by `heal()`."""
+    """The cuts done to the links of cluster `cluster` (1 or 2); all undone by `heal()`.
+    Nodes are numbered 1-3 in either cluster."""
 
-    def __init__(self) -> None:
+    def __init__(self, cluster: int = 1) -> None:
+        self.chain = "OSRDYNE-NET" if cluster == 1 else f"OSRDYNE-NET{cluster}"
+        #: What the cluster's node numbers add to 1-3 (its ports and addresses).
+        self.offset = 3 * (cluster - 1)
         missing = available()
         if missing is not None:
             # A component that cannot start fails the run, never skips it (scripts/setup.sh
             # installs iptables).
             raise RuntimeError(f"cannot cut links: {missing}")
-        if self._run("-S", CHAIN, check=False) != 0:
-            self._run("-N", CHAIN)
-        if self._run("-C", "OUTPUT", "-o", "lo", "-j", CHAIN, check=False) != 0:
-            self._run("-I", "OUTPUT", "-o", "lo", "-j", CHAIN)
+        if self._run("-S", self.chain, check=False) != 0:
+            self._run("-N", self.chain)
+        if self._run("-C", "OUTPUT", "-o", "lo", "-j", self.chain, check=False) != 0:
+            self._run("-I", "OUTPUT", "-o", "lo", "-j", self.chain)
         self.heal()
+
+    def source_address(self, n: int) -> str:
+        """The address node `n` (1-3) opens its links to the other nodes from."""
+        return f"127.0.0.{self.offset + n + 1}"
+
+    def dist_port(self, n: int) -> int:
+        return 25680 + self.offset + n
+
+    def amqp_port(self, n: int) -> int:
+        return 5680 + self.offset + n
 
     # -- node to node -----------------------------------------------------------------------
 
@@ -75,9 +77,9 @@ class Network:
 
     def _drop_from_to(self, a: int, b: int) -> None:
         # On the link `a` opened: a's packets to b's distribution port.
-        self._add("-s", source_address(a), "-p", "tcp", "--dport", str(dist_port(b)))
+        self._add("-s", self.source_address(a), "-p", "tcp", "--dport", str(self.dist_port(b)))
         # On the link `b` opened: a's answers from its own distribution port to b.
-        self._add("-d", source_address(b), "-p", "tcp", "--sport", str(dist_port(a)))
+        self._add("-d", self.source_address(b), "-p", "tcp", "--sport", str(self.dist_port(a)))
 
     # -- client to node ---------------------------------------------------------------------
 
@@ -90,7 +92,7 @@ class Network:
     def refuse_new_connections(self, n: int) -> None:
         """New AMQP connections to node `n` dropped (their SYN): a client cut from the node
         cannot come back to it while the cut lasts; established connections go on."""
-        self._add("-p", "tcp", "--dport", str(amqp_port(n)), "--syn")
+        self._add("-p", "tcp", "--dport", str(self.amqp_port(n)), "--syn")
 
     def lose_packets(self, n: int, client_port: int, probability: float) -> None:
         """A lossy link: each packet of one client's connection to node `n`, either way,
@@ -100,9 +102,8 @@ class Network:
             self._add(*rule, "-m", "statistic", "--mode", "random",
                       "--probability", f"{probability:.3f}")  # fmt: skip
 
-    @staticmethod
-    def _connection(n: int, client_port: int) -> list[tuple[str, ...]]:
-        port, client = str(amqp_port(n)), str(client_port)
+    def _connection(self, n: int, client_port: int) -> list[tuple[str, ...]]:
+        port, client = str(self.amqp_port(n)), str(client_port)
         return [
             ("-p", "tcp", "--sport", client, "--dport", port),
             ("-p", "tcp", "--sport", port, "--dport", client),
@@ -111,15 +112,15 @@ class Network:
     # -- all of it --------------------------------------------------------------------------
 
     def rules(self) -> list[str]:
-        done = subprocess.run(["iptables", "-S", CHAIN], capture_output=True, text=True)
+        done = subprocess.run(["iptables", "-S", self.chain], capture_output=True, text=True)
         return [line for line in done.stdout.splitlines() if line.startswith("-A ")]
 
     def heal(self) -> None:
         """Every cut undone (the chain flushed)."""
-        self._run("-F", CHAIN)
+        self._run("-F", self.chain)
 
     def _add(self, *match: str) -> None:
-        self._run("-A", CHAIN, *match, "-j", "DROP")
+        self._run("-A", self.chain, *match, "-j", "DROP")
 
     @staticmethod
     def _run(*args: str, check: bool = True) -> int:

@@ -179,7 +179,7 @@ async def test_the_node_of_the_controller_sigkilled_under_load(
     )
     assert node != await cluster.node_of_connection(caller.name)
     sessions = running.controller.sessions
-    assert running.controller.status().broker_node == f"127.0.0.1:{5680 + node}"
+    assert running.controller.status().broker_node == f"127.0.0.1:{cluster.amqp_port(node)}"
 
     async def fault() -> None:
         await asyncio.to_thread(cluster.kill, node)
@@ -193,7 +193,7 @@ async def test_the_node_of_the_controller_sigkilled_under_load(
     assert moved != node
     assert running.controller.session is not None  # it leads again
     # /status names the node the controller is on now.
-    assert running.controller.status().broker_node == f"127.0.0.1:{5680 + moved}"
+    assert running.controller.status().broker_node == f"127.0.0.1:{cluster.amqp_port(moved)}"
 
 
 @pytest.mark.chaos

@@ -176,7 +176,7 @@ async def test_status_shows_each_node_and_the_pools_share_of_it(
         return found if leaders == len(KEYS) and connections >= 1 + len(KEYS) else None
 
     found = await eventually(nodes, what="three nodes with the pool's share", timeout=60)
-    assert [n.name for n in found] == [Cluster.name(n) for n in (1, 2, 3)]
+    assert [n.name for n in found] == [cluster.name(n) for n in (1, 2, 3)]
     assert all(n.running and not n.partitions and n.members_missing == 0 for n in found)
     controller_node = await node_of(cluster, f"osrdyne {pool} ")
     victim = next(n for n in (1, 2, 3) if n != controller_node)
@@ -184,7 +184,7 @@ async def test_status_shows_each_node_and_the_pools_share_of_it(
 
     async def down() -> NodeReport | None:
         doc = await running.controller.report()
-        node = next((n for n in doc.broker_nodes if n.name == Cluster.name(victim)), None)
+        node = next((n for n in doc.broker_nodes if n.name == cluster.name(victim)), None)
         # Every request queue has a member on every node: each misses the one there, and
         # none is led from there once its leader moved.
         shown = (
