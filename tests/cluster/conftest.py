@@ -32,8 +32,14 @@ import pytest
 
 from tests.cluster.network import Network
 
-# The counting caller and the report rows of the fault tests, shared with them.
-from tests.faults.conftest import make_caller, make_tally, reliability_path  # noqa: F401
+# The counting caller, the report rows and the workers of the fault tests, shared with them
+# (the fixtures among them are used by name only).
+from tests.faults.conftest import (  # noqa: F401
+    echo_driver,
+    make_caller,
+    make_tally,
+    reliability_path,
+)
 from tests.waiting import eventually
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "ensure_cluster.sh"
@@ -91,6 +97,10 @@ class Cluster:
 
     def amqp(self, n: int) -> str:
         return self.amqp_urls[n - 1]
+
+    def urls(self, heartbeat: int | None = None) -> list[str]:
+        """The three AMQP URLs, each asking for `heartbeat` seconds when given."""
+        return [f"{u}?heartbeat={heartbeat}" if heartbeat else u for u in self.amqp_urls]
 
     def pid(self, n: int) -> int:
         """The node's Erlang VM, found by its environment: the pid file goes when autoheal
@@ -265,6 +275,24 @@ async def node_of(cluster: Cluster, prefix: str) -> int:
         lambda: cluster.node_of_connection(prefix), what=f"connection {prefix!r}", timeout=60
     )
     return int(found)
+
+
+def echo_controller(
+    cluster: Cluster,
+    *,
+    heartbeat: int | None = None,
+    unbind_delay: float = 600,
+    stop_delay: float = 600,
+) -> dict[str, Any]:
+    """The controller settings of the cluster's load tests (for `make_controller`): the three
+    addresses (`heartbeat` in each when given, so in the workers' too), groups kept after
+    their load for the delays given, echo workers as processes that report their activity
+    every 0.5 s and are started again within 0.2-2 s when they exit (`echo_driver`)."""
+    return {
+        "amqp": {"url": cluster.urls(heartbeat), "management_url": cluster.management_urls},
+        "groups": {"unbind_delay": unbind_delay, "stop_delay": stop_delay},
+        "driver": echo_driver(),
+    }
 
 
 async def connection_port(cluster: Cluster, name: str) -> tuple[int, int]:

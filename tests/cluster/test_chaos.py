@@ -23,7 +23,6 @@ import asyncio
 import json
 import os
 import random
-import sys
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -31,7 +30,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from osrdyne import Client, exceptions
-from tests.cluster.conftest import Cluster, connection_port
+from tests.cluster.conftest import Cluster, connection_port, echo_controller
 from tests.cluster.network import Network
 from tests.conftest import Running
 
@@ -114,21 +113,7 @@ async def random_faults(
     make_controller: Callable[..., Awaitable[Running]],
     seconds: float,
 ) -> None:
-    await make_controller(
-        pool,
-        amqp={"url": cluster.amqp_urls, "management_url": cluster.management_urls},
-        groups={"unbind_delay": 120, "stop_delay": 60},
-        driver={
-            "kind": "subprocess",
-            "subprocess": {
-                "command": [sys.executable, "-m", "worker_sdk.examples.echo"],
-                "env": {"WORKER_ACTIVITY_INTERVAL": "0.5", "WORKER_DRAIN_TIMEOUT": "5"},
-                "stop_timeout": 5,
-                "restart_backoff": 0.2,
-                "restart_backoff_max": 2,
-            },
-        },
-    )
+    await make_controller(pool, **echo_controller(cluster, unbind_delay=120, stop_delay=60))
     rng = random.Random(int(os.environ.get("OSRDYNE_CHAOS_SEED", "18")))
     name = f"chaos {pool}"
     outcomes: list[tuple[float, str]] = []  # (time, "ok" or the error)
@@ -169,7 +154,7 @@ async def random_faults(
             faults.append((time.monotonic(), f"{kind} {node}"))
             await inflict(kind, node, client_port, cluster, network, rng)
 
-    urls = [f"{u}?heartbeat={HEARTBEAT}" for u in cluster.amqp_urls]
+    urls = cluster.urls(HEARTBEAT)
     async with Client(urls, name=name) as client:
 
         async def client_link() -> tuple[int, int]:

@@ -24,14 +24,13 @@ reliability report (docs/reliability.md).
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 
-from tests.cluster.conftest import Cluster
+from tests.cluster.conftest import Cluster, echo_controller
 from tests.conftest import Running
 from tests.docker_engine import pool_containers, remove_pool_containers
 from tests.faults.conftest import Caller
@@ -61,23 +60,11 @@ async def start(
     """A controller with echo workers on the cluster, a caller on node 3, warm keys warm;
     `heartbeat` in every URL (so the workers' too) when given; subprocess workers unless
     `driver` says otherwise."""
-    urls = [f"{u}?heartbeat={heartbeat}" if heartbeat else u for u in cluster.amqp_urls]
-    running = await make_controller(
-        pool,
-        amqp={"url": urls, "management_url": cluster.management_urls},
-        groups={"unbind_delay": 300, "stop_delay": 300},
-        driver=driver
-        or {
-            "kind": "subprocess",
-            "subprocess": {
-                "command": [sys.executable, "-m", "worker_sdk.examples.echo"],
-                "env": {"WORKER_ACTIVITY_INTERVAL": "0.5", "WORKER_DRAIN_TIMEOUT": "5"},
-                "stop_timeout": 5,
-                "restart_backoff": 0.2,
-                "restart_backoff_max": 2,
-            },
-        },
-    )
+    settings = echo_controller(cluster, heartbeat=heartbeat, unbind_delay=300, stop_delay=300)
+    if driver is not None:
+        settings["driver"] = driver
+    running = await make_controller(pool, **settings)
+    urls = cluster.urls(heartbeat)
     caller = await make_caller(tally, url=list(reversed(urls)), reply_queue=f"{pool}-replies")
     for key in WARM:
         await caller.send(pool, key, b"warm-up")

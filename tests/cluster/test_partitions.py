@@ -236,7 +236,7 @@ async def test_the_leaders_link_silenced_the_standby_takes_over_never_both(
         "the broker drops the silent leader (its P-leader queue goes), the standby leads",
     )
     cluster, pool, network = scenario.cluster, scenario.pool, scenario.network
-    urls = [f"{u}?heartbeat={HEARTBEAT}" for u in cluster.amqp_urls]
+    urls = cluster.urls(HEARTBEAT)
     standby = await scenario.make_controller(
         pool,
         wait=False,

@@ -20,14 +20,13 @@ Outcomes are asserted, never timings: the bounds below only end a test that woul
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections import Counter
 from collections.abc import Awaitable, Callable
 
 import pytest
 
 from osrdyne import Client, exceptions
-from tests.cluster.conftest import Cluster, node_of
+from tests.cluster.conftest import Cluster, echo_controller, node_of
 from tests.conftest import Running
 from tests.waiting import eventually
 
@@ -89,19 +88,7 @@ async def test_no_call_is_refused_through_four_node_losses(
     cluster, pool = healthy_cluster, cluster_pool
     # The controller and its workers on node 1, the client on node 2: node 3 holds none of the
     # pool's connections, only queue leaders.
-    await make_controller(
-        pool,
-        amqp={"url": cluster.amqp_urls, "management_url": cluster.management_urls},
-        groups={"unbind_delay": 600, "stop_delay": 600},
-        driver={
-            "kind": "subprocess",
-            "subprocess": {
-                "command": [sys.executable, "-m", "worker_sdk.examples.echo"],
-                "env": {"WORKER_ACTIVITY_INTERVAL": "0.5", "WORKER_DRAIN_TIMEOUT": "5"},
-                "stop_timeout": 5,
-            },
-        },
-    )
+    await make_controller(pool, **echo_controller(cluster))
     name = f"refusals {pool}"
     figures: list[dict[str, object]] = []
     async with Client(cluster.amqp_urls, name=name) as client:

@@ -16,7 +16,6 @@ asserted: the bounds below only end a test that would otherwise hang.
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -25,7 +24,7 @@ import pytest
 
 from osrdyne import Client, exceptions
 from osrdyne.controller import NodeReport
-from tests.cluster.conftest import Cluster, node_of
+from tests.cluster.conftest import Cluster, echo_controller, node_of
 from tests.conftest import Running
 from tests.waiting import eventually
 
@@ -89,21 +88,7 @@ async def test_one_client_through_four_cycles_of_node_losses(
     make_controller: Callable[..., Awaitable[Running]],
 ) -> None:
     cluster, pool = healthy_cluster, cluster_pool
-    await make_controller(
-        pool,
-        amqp={"url": cluster.amqp_urls, "management_url": cluster.management_urls},
-        groups={"unbind_delay": 600, "stop_delay": 600},
-        driver={
-            "kind": "subprocess",
-            "subprocess": {
-                "command": [sys.executable, "-m", "worker_sdk.examples.echo"],
-                "env": {"WORKER_ACTIVITY_INTERVAL": "0.5", "WORKER_DRAIN_TIMEOUT": "5"},
-                "stop_timeout": 5,
-                "restart_backoff": 0.2,
-                "restart_backoff_max": 2,
-            },
-        },
-    )
+    await make_controller(pool, **echo_controller(cluster))
     name = f"four-cycles {pool}"
     figures: list[dict[str, object]] = []
     async with Client(cluster.amqp_urls, name=name) as client:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -23,7 +22,7 @@ from osrdyne import Client, PoolNames, Status
 from osrdyne.exceptions import ClientError
 from osrdyne.wire import Header
 from tests.conftest import Running
-from tests.faults.conftest import Caller
+from tests.faults.conftest import Caller, echo_driver
 from tests.faults.rabbit_node import RabbitNode
 from tests.faults.report import Tally
 from tests.waiting import eventually
@@ -71,16 +70,7 @@ async def test_broker_restart_under_load(
         queues={"message_ttl": 120},
         groups={"unbind_delay": 300, "stop_delay": 300},
         # Workers starting while the broker is down exit and are restarted: keep that short.
-        driver={
-            "kind": "subprocess",
-            "subprocess": {
-                "command": [sys.executable, "-m", "worker_sdk.examples.echo"],
-                "env": {"WORKER_ACTIVITY_INTERVAL": "0.5", "WORKER_DRAIN_TIMEOUT": "5"},
-                "stop_timeout": 5,
-                "restart_backoff": 0.2,
-                "restart_backoff_max": 2,
-            },
-        },
+        driver=echo_driver(),
     )
     callers = [
         await make_caller(direct, url=node.amqp_url),
