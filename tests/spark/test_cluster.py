@@ -1,8 +1,9 @@
 """Scale-out: the same pipeline and the same query worker run on a Spark standalone cluster
 started from the pyspark distribution itself (`spark-class ...Master` / `...Worker` on
-127.0.0.1), end to end through osrdyne: the pipeline ingests a dataset on the cluster, then a
-controller starts the query worker group with `SPARK_WORKER_MASTER=spark://...` through its
-subprocess driver, and `osrdyne.Client` gets the answer.
+127.0.0.1), once for the module: the pipeline ingests a dataset on the cluster; a controller
+starts the query worker group with `SPARK_WORKER_MASTER=spark://...` through its subprocess
+driver, and `osrdyne.Client` gets the answer. Two tests, each one application on the cluster
+(they were one test of 76-99 s in CI runs; each is now about half of that).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 import httpx
 import pyspark
 import pytest
+from typer.testing import CliRunner
 
 from osrdyne import Client
 from spark_workers import pipeline as spark_pipeline
@@ -65,9 +67,10 @@ class Cluster:
     ui: str  # the master's web UI (its /json/ lists applications)
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """A standalone master and one worker (1 core, 1g), once the worker registered."""
+    tmp_path = tmp_path_factory.mktemp("standalone")
     port, ui, worker_ui = free_port(), free_port(), free_port()
     master = spark_class(
         "org.apache.spark.deploy.master.Master",
@@ -111,20 +114,28 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         stop(master)
 
 
-async def test_pipeline_and_query_worker_on_a_standalone_cluster(
-    cluster: Cluster,
-    spark: Any,
-    pool: str,
-    make_controller: Callable[..., Awaitable[Running]],
-    client: Client,
-    tmp_path: Path,
+ROWS = 3_000
+
+
+async def write_trips(spark: Any, raw: Path) -> None:
+    """The raw CSV files, from the test's own session (the generator is not what runs on the
+    cluster here: one application less to start)."""
+    trips = spark_pipeline.trips(spark, ROWS, 42).repartition(2)
+    await asyncio.to_thread(trips.write.option("header", "true").csv, str(raw))
+
+
+def applications(cluster: Cluster) -> tuple[list[str], list[str]]:
+    """The names of the master's completed and running applications."""
+    state = httpx.get(f"{cluster.ui}/json/", timeout=10).json()
+    done = [app["name"] for app in state.get("completedapps", [])]
+    return done, [app["name"] for app in state.get("activeapps", [])]
+
+
+async def test_the_pipeline_ingests_on_a_standalone_cluster(
+    cluster: Cluster, spark: Any, tmp_path: Path
 ) -> None:
     raw, root = tmp_path / "raw", tmp_path / "datasets"
-    rows = 3_000
-    # The raw files come from the test's own session (the generator is not what runs on the
-    # cluster here: one application less to start); the ingest job runs on the cluster.
-    trips = spark_pipeline.trips(spark, rows, 42).repartition(2)
-    await asyncio.to_thread(trips.write.option("header", "true").csv, str(raw))
+    await write_trips(spark, raw)
     ingest = [sys.executable, "-m", "spark_workers.pipeline", "ingest", str(raw), str(root)]
     env = {**os.environ, **LOOPBACK, "PYSPARK_PYTHON": sys.executable}
     done = await asyncio.to_thread(
@@ -135,6 +146,28 @@ async def test_pipeline_and_query_worker_on_a_standalone_cluster(
         timeout=300,
     )
     assert done.returncode == 0, done.stdout.decode()[-2000:] + done.stderr.decode()[-2000:]
+    # The job ran on the cluster (the master lists it, ended), and wrote every row.
+    assert applications(cluster)[0].count("osrdyne-pipeline") == 1
+    assert spark.read.parquet(str(root / "trips")).count() == ROWS
+
+
+async def test_a_query_worker_on_a_standalone_cluster_answers_through_osrdyne(
+    cluster: Cluster,
+    spark: Any,
+    pool: str,
+    make_controller: Callable[..., Awaitable[Running]],
+    client: Client,
+    tmp_path: Path,
+) -> None:
+    raw, root = tmp_path / "raw", tmp_path / "datasets"
+    await write_trips(spark, raw)
+    # Ingested in the test's own session: the query worker is what runs on the cluster here.
+    ingested = await asyncio.to_thread(
+        CliRunner().invoke,
+        spark_pipeline.app,
+        ["ingest", str(raw), str(root), "--name", "trips"],
+    )
+    assert ingested.exit_code == 0, ingested.output[-2000:]
 
     # The query worker group, started by a controller through its subprocess driver.
     await make_controller(
@@ -159,12 +192,6 @@ async def test_pipeline_and_query_worker_on_a_standalone_cluster(
     response = await client.call(pool, "trips", {"sql": sql}, timeout=240)
     assert response.ok, response.text[:500]
     found = response.json()["rows"]
-    assert sum(r["n"] for r in found) == rows and len(found) == 8
-
-    # Both really ran on the cluster: the master lists the pipeline's application and the
-    # worker's, still running.
-    state = httpx.get(f"{cluster.ui}/json/", timeout=10).json()
-    done_apps = [app["name"] for app in state.get("completedapps", [])]
-    running_apps = [app["name"] for app in state.get("activeapps", [])]
-    assert done_apps.count("osrdyne-pipeline") == 1, state
-    assert "osrdyne-spark-worker" in running_apps, state
+    assert sum(r["n"] for r in found) == ROWS and len(found) == 8
+    # The worker really runs on the cluster: the master lists its application, running.
+    assert "osrdyne-spark-worker" in applications(cluster)[1]
