@@ -69,7 +69,7 @@ class Cluster:
     Nodes are numbered 1-3 in either."""
 
     def __init__(self, number: int = 1) -> None:
-        self.cluster = number
+        self.index = number
         #: What this cluster's node numbers add to 1-3 (names, ports, addresses).
         self.offset = 3 * (number - 1)
         self.amqp_urls = [f"amqp://guest:guest@127.0.0.1:{self.amqp_port(n)}/%2F" for n in NODES]
@@ -178,7 +178,7 @@ class Cluster:
             capture_output=True,
             text=True,
             timeout=SCRIPT_TIMEOUT,
-            env={**os.environ, "OSRDYNE_CLUSTER": str(self.cluster)},
+            env={**os.environ, "OSRDYNE_CLUSTER": str(self.index)},
         )
         if done.returncode != 0:
             raise RuntimeError(f"ensure_cluster.sh {' '.join(args)}: {done.stderr[-2000:]}")
@@ -386,7 +386,7 @@ async def cluster_pool(
 def network(healthy_cluster: Cluster) -> Iterator[Network]:
     """The cluster's links (tests/cluster/network.py), every cut undone after the test,
     before the nodes are checked."""
-    net = Network(healthy_cluster.cluster)
+    net = Network(healthy_cluster.index)
     try:
         yield net
     finally:
