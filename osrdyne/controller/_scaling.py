@@ -295,8 +295,9 @@ class RateEstimator:
         group_busy = self._group_busy(workers)
         if growth is not None and self.service_rate is not None:
             # Every worker has work while more wait than they can hold; else as reported (a
-            # request or two caught in the queue at a low rate is no sign of a full group).
-            full = backlog >= workers * self.concurrency
+            # request or two caught in the queue at a low rate is no sign of a full group,
+            # nor is one request waiting for one idle worker).
+            full = backlog > workers * self.concurrency
             busy = 1.0 if full else (group_busy or 0.0)
             fast = max(0.0, growth + workers * self.service_rate * busy)
             arrival = fast

@@ -182,6 +182,27 @@ def test_a_request_caught_in_the_queue_at_a_low_rate_grows_nothing(clock: Clock)
     assert recommend(POLICY, load)[0] == 1
 
 
+def test_one_request_waiting_for_a_lone_idle_worker_grows_nothing(clock: Clock) -> None:
+    """A group shrunk back to one worker after a burst gets one request, read in the queue
+    before the worker took it: one waiting for one worker is no full group. (Taken as full,
+    the group was grown to 2 at once: a CI run saw the subprocess scaling test's group grow
+    again right after its shrink.)"""
+    rates = RateEstimator(horizon=5)
+    rates.report("w1", {"handled": 0.0, "busy_seconds": 0.0, "concurrency": 1}, clock())
+    clock.advance(1)
+    rates.report("w1", {"handled": 20.0, "busy_seconds": 1.0, "concurrency": 1}, clock())
+    clock.advance(5)  # the burst is over; the worker, idle, has fallen silent
+    rates.sample(0, clock())
+    clock.advance(0.5)
+    rates.sample(1, clock())
+    load = rates.load(workers=1, backlog=1)
+    assert recommend(POLICY, load) == (1, Reason.MINIMUM)
+    # More waiting than the worker holds is a full group: the step is seen at once.
+    clock.advance(0.5)
+    rates.sample(12, clock())
+    assert recommend(POLICY, rates.load(workers=1, backlog=12))[0] > 1
+
+
 def test_settings_refuse_a_minimum_above_the_maximum_naming_the_options() -> None:
     from pydantic import ValidationError
 
