@@ -283,6 +283,7 @@ def echo_controller(
     heartbeat: int | None = None,
     unbind_delay: float = 600,
     stop_delay: float = 600,
+    quick_restarts: bool = True,
 ) -> dict[str, Any]:
     """The controller settings of the cluster's load tests (for `make_controller`): the three
     addresses (`heartbeat` in each when given, so in the workers' too), groups kept after
@@ -291,7 +292,7 @@ def echo_controller(
     return {
         "amqp": {"url": cluster.urls(heartbeat), "management_url": cluster.management_urls},
         "groups": {"unbind_delay": unbind_delay, "stop_delay": stop_delay},
-        "driver": echo_driver(),
+        "driver": echo_driver(quick_restarts=quick_restarts),
     }
 
 

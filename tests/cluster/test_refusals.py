@@ -88,7 +88,10 @@ async def test_no_call_is_refused_through_four_node_losses(
     cluster, pool = healthy_cluster, cluster_pool
     # The controller and its workers on node 1, the client on node 2: node 3 holds none of the
     # pool's connections, only queue leaders.
-    await make_controller(pool, **echo_controller(cluster))
+    # The driver's own restart backoff, as this test had before the settings were shared (a
+    # run with 0.2-2 s restarts once left a key unanswered for 120 s after a kill: not yet
+    # understood, see the closing note of 2026-11-27).
+    await make_controller(pool, **echo_controller(cluster, quick_restarts=False))
     name = f"refusals {pool}"
     figures: list[dict[str, object]] = []
     async with Client(cluster.amqp_urls, name=name) as client:

@@ -237,20 +237,19 @@ async def make_caller(
 # -- controllers as processes -----------------------------------------------------------------
 
 
-def echo_driver() -> dict[str, Any]:
+def echo_driver(*, quick_restarts: bool = True) -> dict[str, Any]:
     """The driver settings of the fault tests' workers: echo workers as processes that report
-    their activity every 0.5 s, drain within 5 s, and are started again within 0.2-2 s when
-    they exit (as they do when started while the broker is down)."""
-    return {
-        "kind": "subprocess",
-        "subprocess": {
-            "command": [sys.executable, "-m", "worker_sdk.examples.echo"],
-            "env": {"WORKER_ACTIVITY_INTERVAL": "0.5", "WORKER_DRAIN_TIMEOUT": "5"},
-            "stop_timeout": 5,
-            "restart_backoff": 0.2,
-            "restart_backoff_max": 2,
-        },
+    their activity every 0.5 s, drain within 5 s, and (`quick_restarts`) are started again
+    within 0.2-2 s when they exit (as they do when started while the broker is down); else
+    after the driver's own backoff."""
+    settings: dict[str, Any] = {
+        "command": [sys.executable, "-m", "worker_sdk.examples.echo"],
+        "env": {"WORKER_ACTIVITY_INTERVAL": "0.5", "WORKER_DRAIN_TIMEOUT": "5"},
+        "stop_timeout": 5,
     }
+    if quick_restarts:
+        settings |= {"restart_backoff": 0.2, "restart_backoff_max": 2}
+    return {"kind": "subprocess", "subprocess": settings}
 
 
 def _toml_value(value: Any) -> str:
