@@ -195,11 +195,13 @@ class Caller:
         """Wait (bounded) until every request has a final answer (but those the tally
         excuses), then `grace` seconds more for duplicates; the ids still unanswered."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and any(
-            c not in self.tally.excused for c in self.tally.pending()
-        ):
+        while time.monotonic() < deadline and self.unanswered():
             await asyncio.sleep(0.1)
         await asyncio.sleep(grace)
+        return self.unanswered()
+
+    def unanswered(self) -> list[str]:
+        """The ids of requests with no final answer yet, but those the tally excuses."""
         return [c for c in self.tally.pending() if c not in self.tally.excused]
 
     def slowest(self, n: int = 5) -> list[tuple[str | bytes, int, float]]:

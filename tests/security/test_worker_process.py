@@ -2,7 +2,8 @@
 is exhausted or kept busy for real: the caller gets an answer, the process ends non-zero, the
 driver starts a new one, and the old JVM goes with the old process.
 
-Each test starts one worker with a small heap (512m) and sees it restart once.
+Each test starts one worker with a small heap (512m) and sees it restart once; the first also
+calls the restarted worker.
 """
 
 from __future__ import annotations
@@ -106,5 +107,5 @@ async def test_planning_that_cannot_be_cancelled_is_answered_then_ends_the_worke
     await eventually(lambda: worker.restarts >= 1)
     assert worker.last_exit == EXIT_OVERRUN
     await eventually(lambda: gone(java))  # the busy JVM went with its process
-    again = await client.call(pool, "trips", path="schema", timeout=180)
-    assert again.ok and worker.pid != pid
+    # A new process took its place (that a restarted worker answers again is the test above's).
+    assert worker.pid != pid and not gone(worker.pid)
