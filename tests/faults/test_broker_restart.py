@@ -204,9 +204,7 @@ async def node_queues(node: RabbitNode, pool: str) -> list[tuple[str, int, int, 
     ]
 
 
-async def _settled_or_stuck(
-    node: RabbitNode, pool: str, callers: list[Caller], hard: bool
-) -> bool:
+async def _settled_or_stuck(node: RabbitNode, pool: str, callers: list[Caller], hard: bool) -> bool:
     """Every request answered; or, after a SIGKILL, each one unanswered sent to a new key
     before the kill, whose request queue's Raft member did not come back (the known limit:
     nothing will answer those until the node restarts again)."""
