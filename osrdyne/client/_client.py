@@ -436,9 +436,14 @@ class Client:
             with wire.lost_not_cancelled(f"request to pool {pool!r}"):
                 exchange = await self._exchange(pool)
                 channel = await on.get_underlay_channel()
-                result = await channel.basic_publish(
-                    data, exchange=exchange, routing_key=key, properties=properties, mandatory=True
-                )
+                async with wire.confirmed_within(wire.CONFIRM_TIMEOUT, f"pool {pool!r}"):
+                    result = await channel.basic_publish(
+                        data,
+                        exchange=exchange,
+                        routing_key=key,
+                        properties=properties,
+                        mandatory=True,
+                    )
         except (
             aio_pika.exceptions.ChannelInvalidStateError,
             aio_pika.exceptions.AMQPConnectionError,
@@ -447,9 +452,10 @@ class Client:
             raise exceptions.ConnectionLost(
                 f"cannot publish to pool {pool!r} while the connection is down: {exc}"
             ) from exc
-        except aiormq.exceptions.DeliveryError as exc:
+        except (aiormq.exceptions.DeliveryError, wire.Unconfirmed) as exc:
             # A negative confirm: e.g. the key's quorum queue has no leader for a moment
-            # after a cluster node was lost. Nothing was queued: the caller may retry at once.
+            # after a cluster node was lost; or none in time, from a channel that lost track
+            # of the queue. Published again on a fresh channel.
             raise exceptions.RequestRefused(
                 f"the broker did not take the request for pool {pool!r} key {key!r}: {exc}"
             ) from exc

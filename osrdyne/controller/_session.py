@@ -169,7 +169,10 @@ async def build(
     # What the consumers publish (forwarded orphans, error answers, poison) goes through one
     # confirmed channel that is replaced when the broker keeps refusing it.
     publisher = wire.RenewingChannel(
-        connection, name=f"osrdyne {names.pool} publisher", on_return_raises=True
+        connection,
+        name=f"osrdyne {names.pool} publisher",
+        on_return_raises=True,
+        confirm_timeout=s.amqp.operation_timeout,
     )
 
     failing = FailingGroups(

@@ -94,7 +94,9 @@ class AmqpSettings(BaseModel):
         gt=0,
         description="Seconds a control loop's broker operation (declare, bind, delete) may "
         "take; one that hangs (e.g. on a quorum queue with no online member) is abandoned, its "
-        "channel replaced, and retried on the next pass instead of stalling every key.",
+        "channel replaced, and retried on the next pass instead of stalling every key. Also "
+        "how long a publish of the controller (a forwarded orphan, an answer) waits for its "
+        "confirm before it is published again on a fresh channel.",
     )
     management_retry: float = Field(
         default=30.0,

@@ -45,7 +45,14 @@ from osrdyne.wire._names import (
     key_problem,
 )
 from osrdyne.wire._pamqp import any_queue_name
-from osrdyne.wire._publish_retry import deadline_from_header, is_transient, lost_not_cancelled
+from osrdyne.wire._publish_retry import (
+    CONFIRM_TIMEOUT,
+    Unconfirmed,
+    confirmed_within,
+    deadline_from_header,
+    is_transient,
+    lost_not_cancelled,
+)
 from osrdyne.wire._publishing import RenewingChannel, is_refusal
 from osrdyne.wire._request_ids import (
     MAX_REQUEST_ID,
@@ -63,6 +70,7 @@ _aiormq.apply()
 __all__ = [
     "ASSIGNMENT_CONTENT_TYPE",
     "Assignment",
+    "CONFIRM_TIMEOUT",
     "DEFAULT_URL",
     "DIRECT_REPLY_TO",
     "Death",
@@ -79,11 +87,13 @@ __all__ = [
     "RenewingChannel",
     "Status",
     "TRACE_HEADERS",
+    "Unconfirmed",
     "Urls",
     "WorkerEnv",
     "any_queue_name",
     "assignment",
     "clean_reason",
+    "confirmed_within",
     "connect",
     "connect_robust",
     "deadline_from_header",

@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import aiormq.exceptions
@@ -38,6 +38,20 @@ FIRST_PAUSE = 0.05
 MAX_PAUSE = 1.0
 #: How long a publish whose message carries no deadline is retried, seconds.
 DEFAULT_RETRY_FOR = 30.0
+#: How long one publish waits for the broker's confirm before it is taken as refused, seconds.
+CONFIRM_TIMEOUT = 10.0
+
+
+class Unconfirmed(Exception):
+    """The broker neither confirmed nor refused a publish in time.
+
+    A channel whose quorum-queue client lost track of the queue (its member was down when the
+    channel published, or its leader moved under it) can hold a publish with no answer for as
+    long as it lives, while a fresh channel is answered at once (RabbitMQ's
+    `rabbit_fifo_client` resends only on some events; rabbitmq-server#14589 fixed one such
+    case in 4.2). Such a publish is treated as a refusal: published again on a fresh channel.
+    The first one may still be enqueued later: a request can then reach a worker twice, as
+    after any refusal (docs/protocol.md, "At least once")."""
 
 
 def is_refusal(exc: BaseException) -> bool:
@@ -48,13 +62,18 @@ def is_refusal(exc: BaseException) -> bool:
 
 
 def is_transient(exc: BaseException | None) -> bool:
-    """The broker refused a publish for a reason that passes: a negative confirm, or the
-    channel closed by the broker with a code that is not the message's fault (not 403, 404,
-    405, 406: those are aiormq's subclasses of `ChannelClosed`). Follows `__cause__`, so an
-    error of ours raised from such a refusal (the client's `RequestRefused`) counts too."""
+    """The broker refused a publish for a reason that passes: a negative confirm, no confirm
+    in time (`Unconfirmed`), or the channel closed by the broker with a code that is not the
+    message's fault (not 403, 404, 405, 406: those are aiormq's subclasses of
+    `ChannelClosed`). Follows `__cause__`, so an error of ours raised from such a refusal (the
+    client's `RequestRefused`) counts too."""
     seen = 0
     while exc is not None and seen < 8:
-        if is_refusal(exc) or type(exc) is aiormq.exceptions.ChannelClosed:
+        if (
+            is_refusal(exc)
+            or isinstance(exc, Unconfirmed)
+            or type(exc) is aiormq.exceptions.ChannelClosed
+        ):
             return True
         exc, seen = exc.__cause__, seen + 1
     return False
@@ -78,6 +97,19 @@ def lost_not_cancelled(what: str) -> Iterator[None]:
         if task is None or task.cancelling():
             raise
         raise ConnectionError(f"{what}: the connection was lost under it (found stuck)") from exc
+
+
+@contextlib.asynccontextmanager
+async def confirmed_within(seconds: float, what: str) -> AsyncIterator[None]:
+    """The publish in the block answered (confirmed or refused) within `seconds`, else
+    `Unconfirmed`."""
+    try:
+        async with asyncio.timeout(seconds):
+            yield
+    except TimeoutError as exc:
+        raise Unconfirmed(
+            f"{what}: the broker neither confirmed nor refused a publish within {seconds} s"
+        ) from exc
 
 
 def deadline_from_header(value: Any) -> float | None:

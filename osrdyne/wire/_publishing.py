@@ -9,6 +9,11 @@ connection publishes the same message fine (seen on RabbitMQ 3.10 with a client 
 through two node losses: a third to two thirds of its requests refused for minutes; see
 docs/reliability.md). The queue did not refuse the message: the channel's stale view of it did.
 
+A channel can also hold a publish to such a queue with no answer at all, for as long as it
+lives (seen: an orphan forwarded after a broker SIGKILL, unconfirmed for over a minute, in a
+controller whose channel had published to the queue before): a publish not answered within
+`confirm_timeout` seconds (`Unconfirmed`) is treated as a refusal.
+
 `RenewingChannel` is the one answer every publisher of osrdyne uses (client, controller,
 worker SDK): a refused publish is tried again on a fresh channel, which from then on takes
 every new publish; the refused channel is retired, and closed once the publishes (or, for the
@@ -70,6 +75,7 @@ class RenewingChannel:
         on_lost: Callable[[aio_pika.abc.AbstractChannel], None] | None = None,
         min_age: float = 1.0,
         ready_timeout: float = 30.0,
+        confirm_timeout: float = _publish_retry.CONFIRM_TIMEOUT,
     ) -> None:
         self._connection = connection
         self._name = name
@@ -79,6 +85,7 @@ class RenewingChannel:
         self._on_lost = on_lost
         self._min_age = min_age
         self._ready_timeout = ready_timeout
+        self._confirm_timeout = confirm_timeout
         self._current: aio_pika.abc.AbstractChannel | None = None
         self._opened_at = 0.0
         self._holds: dict[aio_pika.abc.AbstractChannel, int] = {}
@@ -224,7 +231,8 @@ class RenewingChannel:
         retry: bool = True,
     ) -> T:
         """`send(channel)` on the current channel. When `retry`, a transient refusal
-        (`_publish_retry.is_transient`) renews the channel (unless it is younger than
+        (`_publish_retry.is_transient`: a negative confirm, or no answer within
+        `confirm_timeout` seconds, `Unconfirmed`) renews the channel (unless it is younger than
         `min_age`) and is published again after a pause, until `deadline`
         (`time.monotonic()`; None: `_publish_retry.DEFAULT_RETRY_FOR` from now); then the
         last refusal is raised. `send` must publish the same message each time."""
@@ -237,9 +245,12 @@ class RenewingChannel:
                 async with self.hold() as channel:
                     try:
                         with _publish_retry.lost_not_cancelled(self._name):
-                            return await send(channel)
-                    except aiormq.exceptions.DeliveryError as exc:
-                        if is_refusal(exc):
+                            async with _publish_retry.confirmed_within(
+                                self._confirm_timeout, self._name
+                            ):
+                                return await send(channel)
+                    except (aiormq.exceptions.DeliveryError, _publish_retry.Unconfirmed) as exc:
+                        if is_refusal(exc) or isinstance(exc, _publish_retry.Unconfirmed):
                             await self.renew(channel)
                         raise
         raise AssertionError("unreachable: tenacity re-raises the last error")

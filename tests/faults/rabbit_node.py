@@ -190,6 +190,21 @@ class RabbitNode:
             )
         return done.stdout.decode()
 
+    def queue_member(self, queue: str, action: str) -> str:
+        """`ra:<action>` (`stop_server`, `restart_server`) on quorum queue `queue`'s Raft
+        member on this node; with `whereis`, the member's process (`undefined`: down)."""
+        call = (
+            "erlang:whereis(Name)"
+            if action == "whereis"
+            else f"ra:{action}(quorum_queues, {{Name, node()}})"
+        )
+        return self.ctl(
+            "eval",
+            f'{{ok, Q}} = rabbit_amqqueue:lookup(rabbit_misc:r(<<"/">>, queue, <<"{queue}">>)), '
+            f"{{Name, _}} = amqqueue:get_pid(Q), {call}.",
+            timeout=20,
+        ).strip()
+
     def log_tail(self, lines: int = 40) -> str:
         texts = []
         for path in sorted((self.base / "log").glob("*")):

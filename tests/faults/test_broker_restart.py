@@ -225,16 +225,11 @@ def _member_down(node: RabbitNode, queue: str) -> bool:
     """Whether the quorum queue's Raft member is not running on the node (asked to the node:
     its registered process is gone); False when the node cannot tell."""
     try:
-        answer = node.ctl(
-            "eval",
-            f'{{ok, Q}} = rabbit_amqqueue:lookup(rabbit_misc:r(<<"/">>, queue, <<"{queue}">>)), '
-            "{Name, _} = amqqueue:get_pid(Q), erlang:whereis(Name).",
-            timeout=20,
-        )
+        answer = node.queue_member(queue, "whereis")
     except NodeError:
         return False
-    print("DIAG member of", queue, answer.strip())
-    return answer.strip() == "undefined"
+    print("DIAG member of", queue, answer)
+    return answer == "undefined"
 
 
 def _owners(callers: list[Caller], cids: list[str]) -> list[tuple[Caller, str]]:

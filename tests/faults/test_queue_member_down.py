@@ -30,15 +30,6 @@ from tests.waiting import eventually
 pytestmark = pytest.mark.timeout(180)
 
 
-def _member(node: RabbitNode, queue: str, action: str) -> None:
-    """`ra:stop_server` / `ra:restart_server` on the queue's Raft member of `node`."""
-    node.ctl(
-        "eval",
-        f'{{ok, Q}} = rabbit_amqqueue:lookup(rabbit_misc:r(<<"/">>, queue, <<"{queue}">>)), '
-        f"{{Name, _}} = amqqueue:get_pid(Q), ra:{action}(quorum_queues, {{Name, node()}}).",
-    )
-
-
 async def _queue(node: RabbitNode, queue: str) -> dict[str, object] | None:
     """The queue as the management API shows it; None when it does not exist."""
     async with httpx.AsyncClient(auth=("guest", "guest"), timeout=10) as http:
@@ -85,7 +76,7 @@ async def test_a_queue_whose_raft_member_is_down_is_kept_and_served_later(
         return info is not None and info.get("messages") == 1
 
     await eventually(held, what="the request waits in its queue", timeout=30)
-    _member(node, queue, "stop_server")
+    node.queue_member(queue, "stop_server")
     member_stopped = True
     try:
         with caplog.at_level(logging.INFO, logger="osrdyne.controller._tracker"):
@@ -96,13 +87,13 @@ async def test_a_queue_whose_raft_member_is_down_is_kept_and_served_later(
             # Every unbind_delay + stop_delay the idle group stops and its queue would go.
             await eventually(lambda: stops() >= 2, what="two stops of the group", timeout=60)
         assert await _exists(node, queue), "the request queue was deleted"
-        _member(node, queue, "restart_server")
+        node.queue_member(queue, "restart_server")
         member_stopped = False
         await eventually(held, what="the member back with the request", timeout=30)
     finally:
         if member_stopped:
             with contextlib.suppress(NodeError):  # the queue may be gone: the test fails anyway
-                _member(node, queue, "restart_server")
+                node.queue_member(queue, "restart_server")
 
     await idle.stop()
     await make_controller(pool, amqp=amqp)  # echo workers this time
