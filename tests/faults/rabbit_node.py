@@ -190,6 +190,12 @@ class RabbitNode:
             )
         return done.stdout.decode()
 
+    def quorum_status(self, queue: str) -> str:
+        """`rabbit_quorum_queue:status`: each member's Raft state, log and commit index."""
+        return self.ctl(
+            "eval", f'rabbit_quorum_queue:status(<<"/">>, <<"{queue}">>).', timeout=20
+        ).strip()
+
     def queue_member(self, queue: str, action: str) -> str:
         """`ra:<action>` (`stop_server`, `restart_server`) on quorum queue `queue`'s Raft
         member on this node; with `whereis`, the member's process (`undefined`: down)."""

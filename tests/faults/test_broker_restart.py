@@ -158,6 +158,15 @@ async def test_broker_restart_under_load(
     ):
         # Known limit (docs/reliability.md): a request queue declared an instant before the
         # node is SIGKILLed can come back unusable (basic.consume answers INTERNAL_ERROR).
+        # What the broker shows of those queues goes into the reason (`-rx` prints it).
+        queues = sorted(
+            {
+                PoolNames(pool).request_queue(str(caller.keys[c]))
+                for caller, c in _owners(callers, lost)
+            }
+        )
+        shown = [q for q in await node_queues(node, pool) if q[0] in queues]
+        members = {q: await asyncio.to_thread(_member_state, node, q) for q in queues}
         running.controller.stop()
         stopped = True
         try:
@@ -169,7 +178,8 @@ async def test_broker_restart_under_load(
         pytest.xfail(
             f"controller stopped within 60 s: {stopped}; "
             f"orphan(s) forwarded just before the SIGKILL not answered: "
-            f"{[caller.describe([c]) for caller, c in _owners(callers, lost)]}"
+            f"{[caller.describe([c]) for caller, c in _owners(callers, lost)]}; "
+            f"their queues (ready, unacked, consumers): {shown}; their members: {members}"
         )
     assert named.row()["lost"] == 0, (named.row(), callers[1].describe(named.pending()))
     assert direct.row()["lost"] == 0, direct.row()
@@ -230,6 +240,15 @@ def _member_down(node: RabbitNode, queue: str) -> bool:
         return False
     print("DIAG member of", queue, answer)
     return answer == "undefined"
+
+
+def _member_state(node: RabbitNode, queue: str) -> str:
+    """The queue's Raft member as the node shows it (diagnostics of the known limit)."""
+    try:
+        whereis = node.queue_member(queue, "whereis")
+        return f"process {whereis}, status {' '.join(node.quorum_status(queue).split())[:600]}"
+    except NodeError as exc:
+        return f"cannot tell: {str(exc)[:300]}"
 
 
 def _owners(callers: list[Caller], cids: list[str]) -> list[tuple[Caller, str]]:
