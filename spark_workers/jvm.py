@@ -128,6 +128,22 @@ def is_connection_error(exc: BaseException) -> bool:
     return False
 
 
+def is_stream_error(exc: BaseException) -> bool:
+    """Whether `exc` (or what caused it) is a broken Arrow stream: what a collect reading the
+    JVM's results reports when the JVM dies under it (`ArrowInvalid: Tried reading schema
+    message, was null or length 0`), as a query whose data Arrow cannot take also can."""
+    import pyarrow
+
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, pyarrow.ArrowException):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
 Subscriber = Callable[[JvmLost], Any]
 
 

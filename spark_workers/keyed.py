@@ -91,6 +91,8 @@ EXIT_SERVER_LOST = 72
 
 #: Seconds to wait for the JVM process to exit once py4j cannot reach it (to tell an OOM).
 _EXIT_WAIT = 5.0
+#: Seconds a broken results stream waits for the JVM's exit before it is a query's failure.
+_STREAM_EXIT_WAIT = 2.0
 #: Seconds past the drain timeout after which a worker ending itself exits regardless.
 _HARD_EXIT_MARGIN = 15.0
 #: A Connect worker caching in the background lets requests go first: it waits this long for
@@ -393,7 +395,16 @@ class SparkWorker:
         if self.lost is not None:
             return self.lost
         if not jvm.is_connection_error(exc):
-            return None
+            if not jvm.is_stream_error(exc) or self._watch is None:
+                return None
+            # The results' stream broke: the JVM may be dying (its exit not seen yet, seen in
+            # CI: the caller was told `query_failed` for an out-of-memory), or Arrow refused
+            # the data. Only an exit seen shortly after says which.
+            watched = self._watch.wait_lost(_STREAM_EXIT_WAIT)
+            if watched is None:
+                return None
+            self._jvm_exited(watched)
+            return self.lost
         watched = self._watch.wait_lost(_EXIT_WAIT) if self._watch is not None else None
         lost = watched or jvm.JvmLost("jvm_lost", None)
         self._jvm_exited(lost)
