@@ -156,7 +156,9 @@ async def test_a_request_the_broker_nacks_until_its_deadline_raises_request_refu
         await queue.bind(exchange, routing_key="full")
         async with Client(broker.AMQP_URL, name="test refused") as client:
             with pytest.raises(RequestRefused, match="did not take the request"):
-                await client.call(pool, "full", b"x", timeout=1.5)
+                # 5 s: the call's deadline also covers opening the client's channel (its
+                # direct reply-to consumer), which took over 1.5 s once in a loaded CI run.
+                await client.call(pool, "full", b"x", timeout=5)
             assert client.publish_retries >= 1
             assert not client._calls  # the call is forgotten
     finally:
