@@ -42,8 +42,9 @@ DEFAULT_RETRY_FOR = 30.0
 CONFIRM_TIMEOUT = 10.0
 
 
-class Unconfirmed(Exception):
-    """The broker neither confirmed nor refused a publish in time.
+class Unconfirmed(TimeoutError):
+    """The broker neither confirmed nor refused a publish in time (a `TimeoutError`: what
+    handles one as transient, the controller's consumers among them, requeues).
 
     A channel whose quorum-queue client lost track of the queue (its member was down when the
     channel published, or its leader moved under it) can hold a publish with no answer for as
