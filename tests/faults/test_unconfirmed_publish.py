@@ -76,14 +76,13 @@ async def test_a_publish_never_answered_is_published_again_on_a_fresh_channel(
 
         # The member stays down: the publish is not held forever, it ends at its deadline
         # with the last refusal (the stale channel never answers; fresh ones are refused).
-        started = time.monotonic()
         with pytest.raises(Exception) as raised:
             await asyncio.wait_for(
                 publisher.publish(_sender(queue, b"lost"), deadline=time.monotonic() + 4),
                 timeout=60,  # the bug this tests: without the bound, this wait ends it
             )
+        # A hung publish ends at the 60 s guard with a plain TimeoutError: not transient.
         assert wire.is_transient(raised.value), repr(raised.value)
-        assert time.monotonic() - started < 60
         assert publisher.renewals >= 1 and publisher.current is not stale
 
         # The member comes back while a publish is being tried again: it is taken.
