@@ -36,6 +36,11 @@ from osrdyne.ops.metrics import ColdStartClock, ControllerMetrics
 
 logger = logging.getLogger(__name__)
 
+#: Seconds a forward may wait for its confirm before the key's queue is suspected of having
+#: no leader (`RequestQueueLoop.suspect`): a queue with a leader confirms in milliseconds, in
+#: a second or two while it elects one.
+_SUSPECT_AFTER = 5.0
+
 
 class OrphanProcessor(QueueConsumer):
     def __init__(
@@ -117,7 +122,15 @@ class OrphanProcessor(QueueConsumer):
 
         async def forward(channel: aio_pika.abc.AbstractChannel) -> None:
             exchange = await channel.get_exchange(self._names.request_exchange, ensure=False)
-            await exchange.publish(copy, routing_key=key, mandatory=True)
+            # A forward the broker is slow to confirm has the queue loop look at whether the
+            # key's queue has a leader (one RabbitMQ never elected takes no publish, ever).
+            look = asyncio.get_running_loop().call_later(
+                _SUSPECT_AFTER, self._queue_loop.suspect, key
+            )
+            try:
+                await exchange.publish(copy, routing_key=key, mandatory=True)
+            finally:
+                look.cancel()
 
         # Refused while the key's queue elects a leader: published again, the same message
         # (its request id), until the caller's deadline.

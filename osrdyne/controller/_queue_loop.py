@@ -7,6 +7,15 @@ has no consumer and both the broker (passive declare) and the management API cou
 message: a queue that still holds requests, or that cannot be counted, brings its group back.
 Operations run concurrently at the pace the broker keeps up with (`_pacing`: a burst of new
 keys never piles up unbounded declares in the broker).
+
+A quorum request queue with no leader while its members are all online is looked at twice,
+`queues.leaderless_after` seconds apart, and deleted and declared again if it still has none:
+RabbitMQ 3.x never elects a leader for a quorum queue declared just before its node crashed
+(its only Raft members stay followers at term 0: rabbitmq-server#10070, #13828), and such a
+queue confirms no publish and takes no consumer, for ever. It can hold nothing (no leader ever
+appended to its log). A queue is suspected when a listing shows it without statistics (a
+queue's statistics come from its leader) and when a forward to it is not confirmed in time
+(`suspect`).
 """
 
 from __future__ import annotations
@@ -42,6 +51,29 @@ _OWN_EVENTS_FOR = 60.0
 #: Seconds between a request queue deleted (or unbound) by someone else and the loop making
 #: (or binding) it again.
 _DELETED_GRACE = 1.0
+#: Queues suspected of having no leader at once; more wait for the next listing.
+_MAX_SUSPECTS = 256
+
+
+@dataclasses.dataclass(frozen=True)
+class _Suspect:
+    #: When the queue was first seen with no leader (None: not looked at yet).
+    first: float | None
+    #: When it is looked at next (`time.monotonic()`).
+    due: float
+
+
+def leaderless(queue: Mapping[str, object]) -> bool:
+    """Whether the management API shows a quorum queue with every member online and no
+    leader: no statistics (`messages`), which only a leader reports."""
+    members, online = queue.get("members"), queue.get("online")
+    return (
+        isinstance(members, list)
+        and bool(members)
+        and isinstance(online, list)
+        and set(members) <= set(online)
+        and not isinstance(queue.get("messages"), int)
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,6 +154,11 @@ class RequestQueueLoop:
         self.repairs = 0
         #: Queue names this loop deleted or unbound lately (their events are its own).
         self._own: collections.OrderedDict[str, float] = collections.OrderedDict()
+        #: Keys whose queue may have no leader: when it was first seen without one, and when
+        #: it is looked at next.
+        self._suspects: dict[str, _Suspect] = {}
+        #: Leaderless queues deleted to be declared again (tests and `/metrics` read it).
+        self.leaderless_repairs = 0
         self.reached: Watch[QueuesReached] = Watch(
             QueuesReached(0, types.MappingProxyType({}), types.MappingProxyType({}))
         )
@@ -132,6 +169,7 @@ class RequestQueueLoop:
         elif isinstance(initial, _topology.RequestQueues):
             self._legacy = dict(initial.legacy)
             self.listing = initial
+            self._suspect_leaderless(initial)
         actual = dict(initial)
         listed_at = time.monotonic()
         try:
@@ -140,6 +178,7 @@ class RequestQueueLoop:
                 target = self._tracker.state.value
                 started = time.monotonic()
                 errors = await self._converge(target.groups, actual)
+                await self._look_at_suspects(actual)
                 self._metrics.loop_seconds.labels("queues").observe(time.monotonic() - started)
                 self.reached.set(
                     QueuesReached(
@@ -159,6 +198,8 @@ class RequestQueueLoop:
                     listed_at = time.monotonic()
                     continue
                 wait = min(self._interval, 1.0) if errors else self._interval
+                if self._suspects:
+                    wait = min(wait, self._next_look())
                 await self._wait_change(version, min(wait, next_listing))
                 # The queues an event named are repaired without listing every queue.
                 self._repair(actual)
@@ -255,7 +296,108 @@ class RequestQueueLoop:
         self._legacy = dict(listed.legacy)
         self.listing = listed
         self.listings += 1
+        self._suspect_leaderless(listed)
         return dict(listed)
+
+    def _suspect_leaderless(self, listed: _topology.RequestQueues) -> None:
+        """The listed queues that show no leader are suspects (the listing is their first
+        look)."""
+        after, now = self._settings.leaderless_after, time.monotonic()
+        for key, figures in listed.figures.items():
+            if after is not None and leaderless(figures) and len(self._suspects) < _MAX_SUSPECTS:
+                self._suspects.setdefault(key, _Suspect(first=now, due=now + after))
+
+    def suspect(self, key: str) -> None:
+        """`key`'s queue did not answer in time (a forward not confirmed): the loop looks at
+        whether it has a leader (`queues.leaderless_after`)."""
+        if (
+            self._settings.leaderless_after is not None
+            and key not in self._suspects
+            and len(self._suspects) < _MAX_SUSPECTS
+        ):
+            self._suspects[key] = _Suspect(first=None, due=time.monotonic())
+            self._poked.set()
+
+    def _next_look(self) -> float:
+        """Seconds until the next suspect is due a look."""
+        now = time.monotonic()
+        return max(0.0, min((s.due - now for s in self._suspects.values()), default=0.0))
+
+    async def _look_at_suspects(self, actual: dict[str, GroupStatus]) -> None:
+        """Look at the suspects that are due, at the broker's pace; delete each queue that had
+        no leader at two looks `leaderless_after` apart (a pass declares it again after
+        `_DELETED_GRACE`)."""
+        after = self._settings.leaderless_after
+        if after is None or self._settings.type != "quorum":
+            self._suspects.clear()
+            return
+        now = time.monotonic()
+        due = [k for k, s in self._suspects.items() if s.due <= now]
+        await asyncio.gather(*(self._look(key, after, actual) for key in due))
+
+    async def _look(self, key: str, after: float, actual: dict[str, GroupStatus]) -> None:
+        suspect, name = self._suspects[key], self._queue_name(key)
+        async with self.pacing.slot():
+            try:
+                # The broker's own deletion of such a queue waits for a leader (5 s).
+                async with asyncio.timeout(self._operation_timeout + 5):
+                    info = await self._api.queue(name)
+                    if info is None or not leaderless(info) or key not in actual:
+                        del self._suspects[key]
+                    elif suspect.first is None:
+                        now = time.monotonic()
+                        self._suspects[key] = _Suspect(first=now, due=now + after)
+                    else:
+                        del self._suspects[key]
+                        await self._delete_leaderless(key, name, actual, suspect.first)
+            except Exception as exc:  # the management API down or slow: a look later
+                self._suspects[key] = dataclasses.replace(
+                    suspect, due=time.monotonic() + min(after, self._interval)
+                )
+                logger.warning(
+                    "could not look at the request queue of %r for a leader: %s",
+                    key,
+                    logs.redact(f"{type(exc).__name__}: {exc}"),
+                    extra=logs.fields(pool=self._names.pool, key=key),
+                )
+
+    async def _delete_leaderless(
+        self, key: str, name: str, actual: dict[str, GroupStatus], first: float
+    ) -> None:
+        """Unbind `key`'s queue (what is published meanwhile goes to the orphans), and delete
+        it unless the broker counts a request or a consumer in it (then it has a leader after
+        all: the statistics were late, and the next pass binds it again)."""
+        self._mine(name)
+        async with self._channels.channel() as channel:
+            queue = await channel.get_queue(name, ensure=False)
+            await queue.unbind(self._names.request_exchange, routing_key=key)
+            actual[key] = GroupStatus.UNBOUND
+            counted = (await channel.declare_queue(name, passive=True)).declaration_result
+        if counted.message_count or counted.consumer_count:
+            logger.info(
+                "request queue of %r showed no statistics but holds %d request(s) and %d "
+                "consumer(s): kept",
+                key,
+                counted.message_count,
+                counted.consumer_count,
+                extra=logs.fields(pool=self._names.pool, key=key),
+            )
+            return
+        await self._api.delete_queue(name)
+        actual.pop(key, None)
+        self._legacy.pop(key, None)
+        self.leaderless_repairs += 1
+        self._metrics.queue_ops.labels("leaderless_delete").inc()
+        # Declared again after the grace a deletion by someone else gets (`queue_changed`).
+        asyncio.get_running_loop().call_later(_DELETED_GRACE, self._poked.set)
+        logger.warning(
+            "request queue of %r had no leader for %.0fs with every member online (a quorum "
+            "queue the broker never elected a leader for, as after a crash during its "
+            "declaration): deleted, declared again",
+            key,
+            time.monotonic() - first,
+            extra=logs.fields(pool=self._names.pool, key=key),
+        )
 
     def _queue_name(self, key: str) -> str:
         """The name of `key`'s queue: an adopted queue of osrdyne 0.1 keeps its own name (its

@@ -413,6 +413,15 @@ class QueueSettings(BaseModel):
         description="Priority of the request-queue and poison-queue policies among the "
         "vhost's policies.",
     )
+    leaderless_after: float | None = Field(
+        default=20.0,
+        gt=0,
+        description="Seconds a quorum request queue whose members are all online may show "
+        "no leader, at two looks this far apart, before the controller deletes it and "
+        "declares it again. RabbitMQ (before 4.x) never elects a leader for a quorum queue "
+        "declared just before its node crashed: it exists, takes no publish and no consumer, "
+        "and holds nothing (docs/reliability.md). None: never.",
+    )
 
 
 class DriverSettings(BaseModel):

@@ -23,7 +23,7 @@ from osrdyne.exceptions import ClientError
 from osrdyne.wire import Header
 from tests.conftest import Running
 from tests.faults.conftest import Caller, echo_driver
-from tests.faults.rabbit_node import NodeError, RabbitNode
+from tests.faults.rabbit_node import RabbitNode
 from tests.faults.report import Tally
 from tests.waiting import eventually
 
@@ -67,7 +67,7 @@ async def test_broker_restart_under_load(
     running = await make_controller(
         pool,
         amqp=amqp,
-        queues={"message_ttl": 120},
+        queues={"message_ttl": 120, "leaderless_after": 8},
         groups={"unbind_delay": 300, "stop_delay": 300},
         # Workers starting while the broker is down exit and are restarted: keep that short.
         driver=echo_driver(),
@@ -113,12 +113,15 @@ async def test_broker_restart_under_load(
         # The direct reply-to requests sent before the connection was lost: excused if unanswered.
         mark("load stopped")
         direct.excuse([c for c in sent[0] if callers[0].sent_epoch[c] == 0], BY_DESIGN)
-        # Wait for the answers, or (SIGKILL) for the broker to show the known limit below.
+        # Wait for the answers. A new key's queue declared an instant before the SIGKILL can
+        # come back without a leader (RabbitMQ never elects one): the controller deletes and
+        # declares it again after `queues.leaderless_after` (8 s here), and its requests are
+        # answered then (tests/faults/test_leaderless_queue.py).
         with contextlib.suppress(AssertionError):  # still unanswered: the asserts below say so
             await eventually(
-                lambda: _settled_or_stuck(node, pool, callers, hard),
+                lambda: not any(caller.unanswered() for caller in callers),
                 what="every request answered",
-                timeout=60,
+                timeout=90,
                 interval=0.2,
             )
         await asyncio.sleep(2)  # for duplicates
@@ -147,40 +150,6 @@ async def test_broker_restart_under_load(
         print("DIAG", running.controller.status())
         print("DIAG", running.controller.driver.describe())  # type: ignore[attr-defined]
     assert running.controller.sessions >= 2  # the controller lost its session and came back
-    lost = [c for c in named.pending()] + [c for c in direct.pending() if c not in direct.excused]
-    if (
-        hard
-        and lost
-        and all(caller.keys.get(c, "").startswith("fresh") for caller, c in _owners(callers, lost))
-    ):
-        # Known limit (docs/reliability.md): a request queue declared an instant before the
-        # node is SIGKILLed can come back unusable (basic.consume answers INTERNAL_ERROR).
-        # Also seen (2 CI runs of 6, 2026-11-27): new keys' requests sent just after the
-        # restart whose forward the broker never confirms, on fresh channels too (the
-        # controller logs `Unconfirmed`, requeues, tries again): not yet understood.
-        # What the broker shows of those queues goes into the reason (`-rx` prints it).
-        queues = sorted(
-            {
-                PoolNames(pool).request_queue(str(caller.keys[c]))
-                for caller, c in _owners(callers, lost)
-            }
-        )
-        shown = [q for q in await node_queues(node, pool) if q[0] in queues]
-        members = {q: await asyncio.to_thread(_member_state, node, q) for q in queues}
-        running.controller.stop()
-        stopped = True
-        try:
-            await asyncio.wait_for(asyncio.shield(running.task), 60)
-        except TimeoutError:
-            stopped = False
-            running.task.cancel()
-            await asyncio.gather(running.task, return_exceptions=True)
-        pytest.xfail(
-            f"controller stopped within 60 s: {stopped}; "
-            f"orphan(s) forwarded just before the SIGKILL not answered: "
-            f"{[caller.describe([c]) for caller, c in _owners(callers, lost)]}; "
-            f"their queues (ready, unacked, consumers): {shown}; their members: {members}"
-        )
     assert named.row()["lost"] == 0, (named.row(), callers[1].describe(named.pending()))
     assert direct.row()["lost"] == 0, direct.row()
     for tally in (direct, named):
@@ -212,47 +181,6 @@ async def node_queues(node: RabbitNode, pool: str) -> list[tuple[str, int, int, 
         for q in items
         if q["name"].startswith(pool)
     ]
-
-
-async def _settled_or_stuck(node: RabbitNode, pool: str, callers: list[Caller], hard: bool) -> bool:
-    """Every request answered; or, after a SIGKILL, each one unanswered sent to a new key
-    before the kill, whose request queue's Raft member did not come back (the known limit:
-    nothing will answer those until the node restarts again)."""
-    waiting = [(caller, c) for caller in callers for c in caller.unanswered()]
-    if not waiting:
-        return True
-    if not hard or not all(_sent_to_a_new_key_before_the_kill(w, c) for w, c in waiting):
-        return False
-    queues = sorted({PoolNames(pool).request_queue(str(w.keys[c])) for w, c in waiting})
-    return all([await asyncio.to_thread(_member_down, node, queue) for queue in queues])
-
-
-def _sent_to_a_new_key_before_the_kill(caller: Caller, cid: str) -> bool:
-    return str(caller.keys.get(cid, "")).startswith("fresh") and not caller.sent_epoch[cid]
-
-
-def _member_down(node: RabbitNode, queue: str) -> bool:
-    """Whether the quorum queue's Raft member is not running on the node (asked to the node:
-    its registered process is gone); False when the node cannot tell."""
-    try:
-        answer = node.queue_member(queue, "whereis")
-    except NodeError:
-        return False
-    print("DIAG member of", queue, answer)
-    return answer == "undefined"
-
-
-def _member_state(node: RabbitNode, queue: str) -> str:
-    """The queue's Raft member as the node shows it (diagnostics of the known limit)."""
-    try:
-        whereis = node.queue_member(queue, "whereis")
-        return f"process {whereis}, status {' '.join(node.quorum_status(queue).split())[:600]}"
-    except NodeError as exc:
-        return f"cannot tell: {str(exc)[:300]}"
-
-
-def _owners(callers: list[Caller], cids: list[str]) -> list[tuple[Caller, str]]:
-    return [(caller, c) for c in cids for caller in callers if c in caller.keys]
 
 
 async def test_answers_waiting_in_a_durable_reply_queue_survive_a_restart(
