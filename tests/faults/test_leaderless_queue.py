@@ -33,7 +33,7 @@ from tests.waiting import eventually
 
 pytestmark = pytest.mark.timeout(300)
 
-KEYS = [f"k-{i}" for i in range(120)]
+KEYS = [f"k-{i}" for i in range(60)]
 
 
 async def _declare_then_crash(node: RabbitNode, names: PoolNames, after: float) -> None:
@@ -99,17 +99,26 @@ async def test_a_queue_never_given_a_leader_is_declared_again_and_its_key_answer
         groups={"unbind_delay": 300, "stop_delay": 300},
         driver=echo_driver(),
     )
-    loop = running.controller.leading().queue_loop
+    metrics = running.controller.metrics.registry
+
+    def repairs() -> float:
+        # Counted by the controller, whatever sessions it went through (a session can end on
+        # its lease while the broker works through many such queues: seen in CI with 91).
+        found = metrics.get_sample_value(
+            "osrdyne_queue_operations_total", {"op": "leaderless_delete"}
+        )
+        return found or 0.0
+
     key = stuck[0]
     started = time.monotonic()
     async with Client(node.amqp_url, name="leaderless test") as client:
         response = await client.call(pool, key, b"hello", timeout=120)
     assert response.ok, response.text
     print(f"LEADERLESS answered after {time.monotonic() - started:.1f}s")
-    assert loop.leaderless_repairs >= 1
+    assert repairs() >= 1
     # Every queue left without a leader is repaired, each with a leader of its own now.
     await eventually(
-        lambda: loop.leaderless_repairs >= len(stuck),
+        lambda: repairs() >= len(stuck),
         what="every leaderless queue repaired",
         timeout=120,
     )
