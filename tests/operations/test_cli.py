@@ -196,7 +196,7 @@ async def test_status_fits_80_columns_with_whole_keys_and_the_json(
 
 @pytest.mark.slow
 async def test_watch_shows_the_pool_until_interrupted(
-    make_controller: Any, client: Client, pool: str
+    make_controller: Any, client: Client, pool: str, tmp_path: Path
 ) -> None:
     running = await make_controller(pool)
     app = make_app(running.controller)
@@ -210,6 +210,12 @@ async def test_watch_shows_the_pool_until_interrupted(
     await server.start()
     try:
         assert (await client.call(pool, "watched", b"x", timeout=60)).ok
+        # Its screen goes to files, not pipes: nothing it writes can wait on the test reading.
+        # (A CI run once saw it not end within 30 s of its SIGINT, reading pipes.)
+        out_file, err_file = (
+            (tmp_path / "watch.out").open("wb"),
+            (tmp_path / "watch.err").open("wb"),
+        )
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -219,20 +225,27 @@ async def test_watch_shows_the_pool_until_interrupted(
             f"http://127.0.0.1:{server.port}",
             "--interval",
             "0.2",
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
+            stdout=out_file,
+            stderr=err_file,
             env={**os.environ, "COLUMNS": "80"},
         )
+        out_file.close()
+        err_file.close()
         try:
             # Interrupt only once it has refreshed a few times (it polls /status each time).
             await eventually(lambda: polls.count("/status") >= 3, what="watch refreshing")
         finally:
             process.send_signal(signal.SIGINT)
-            out, err = await asyncio.wait_for(process.communicate(), 30)
+            try:
+                await asyncio.wait_for(process.wait(), 30)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
     finally:
         await server.stop()
-    assert process.returncode == 0, err.decode()
-    assert "watched" in out.decode() and "active" in out.decode()
+    out, err = (tmp_path / "watch.out").read_text(), (tmp_path / "watch.err").read_text()
+    assert process.returncode == 0, f"exit {process.returncode} after SIGINT: {err[-3000:]}"
+    assert "watched" in out and "active" in out
 
 
 @pytest.mark.slow
