@@ -195,6 +195,10 @@ async def test_status_fits_80_columns_with_whole_keys_and_the_json(
 
 
 @pytest.mark.slow
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 async def test_watch_shows_the_pool_until_interrupted(
     make_controller: Any, client: Client, pool: str, tmp_path: Path
 ) -> None:
@@ -211,7 +215,6 @@ async def test_watch_shows_the_pool_until_interrupted(
     try:
         assert (await client.call(pool, "watched", b"x", timeout=60)).ok
         # Its screen goes to files, not pipes: nothing it writes can wait on the test reading.
-        # (A CI run once saw it not end within 30 s of its SIGINT, reading pipes.)
         out_file, err_file = (
             (tmp_path / "watch.out").open("wb"),
             (tmp_path / "watch.err").open("wb"),
@@ -228,6 +231,10 @@ async def test_watch_shows_the_pool_until_interrupted(
             stdout=out_file,
             stderr=err_file,
             env={**os.environ, "COLUMNS": "80"},
+            # Ctrl-C as a terminal sends it, whatever the run inherited: a suite started in
+            # the background of a shell without job control ignores SIGINT, and so did this
+            # child (a CI run here: killed after 30 s, its stderr empty).
+            preexec_fn=_sigint_default,
         )
         out_file.close()
         err_file.close()
