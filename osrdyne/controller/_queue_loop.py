@@ -161,8 +161,6 @@ class RequestQueueLoop:
         #: Keys whose queue may have no leader: when it was first seen without one, and when
         #: it is looked at next.
         self._suspects: dict[str, _Suspect] = {}
-        #: Leaderless queues deleted to be declared again (tests and `/metrics` read it).
-        self.leaderless_repairs = 0
         self.reached: Watch[QueuesReached] = Watch(
             QueuesReached(0, types.MappingProxyType({}), types.MappingProxyType({}))
         )
@@ -398,7 +396,6 @@ class RequestQueueLoop:
         await self._api.delete_queue(name)
         actual.pop(key, None)
         self._legacy.pop(key, None)
-        self.leaderless_repairs += 1
         self._metrics.queue_ops.labels("leaderless_delete").inc()
         # Declared again after the grace a deletion by someone else gets (`queue_changed`).
         asyncio.get_running_loop().call_later(_DELETED_GRACE, self._poked.set)
