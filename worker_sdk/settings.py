@@ -128,6 +128,14 @@ class WorkerSettings:
         gt=0,
         doc="Seconds to wait at start for the request queue to exist before giving up.",
     )
+    consumer_lost_after: float = _setting(
+        15.0,
+        gt=0,
+        doc="Seconds the broker may hold no consumer of this worker on the request queue while "
+        "the worker's connection is up (cancelled when the queue was deleted, a restore that "
+        "failed) before the worker consumes again on a new channel, waiting up to "
+        "`queue_wait_timeout` for the queue; it ends itself (exit code 70) if that fails.",
+    )
 
     def __post_init__(self) -> None:
         hints = _hints()

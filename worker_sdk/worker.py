@@ -22,11 +22,12 @@ import os
 import signal
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import aio_pika
 import aio_pika.abc
 import aio_pika.exceptions
+import aiormq
 import tenacity
 
 from osrdyne import wire
@@ -91,6 +92,12 @@ class Worker:
         self.aborted: str | None = None
         self._abort = asyncio.Event()
         self._watchdog = watchdog.Watchdog(grace=self.settings.stall_grace, on_wedged=self.abort)
+        #: The channel, queue and consumer tag serving requests, once consuming.
+        self._consuming: (
+            tuple[aio_pika.abc.AbstractChannel, aio_pika.abc.AbstractQueue, str] | None
+        ) = None
+        #: How many times the consumer was made again (`_guard_consumer`).
+        self.consumer_restarts = 0
 
     # -- registration ---------------------------------------------------------------------
 
@@ -194,15 +201,22 @@ class Worker:
             if consuming is None:
                 logger.info("stopped while starting: no request taken")
                 return
-            queue, tag = consuming
+            self._consuming = (channel, *consuming)
             heartbeat = asyncio.create_task(reporter.run(), name="activity-heartbeat")
             guard = asyncio.create_task(self._watchdog.run(), name="watchdog")
+            consumer_guard = asyncio.create_task(
+                self._guard_consumer(connection), name="consumer-guard"
+            )
             await _first_of(stop, self._abort)
             guard.cancel()
+            consumer_guard.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await consumer_guard
             if self.aborted is not None:
                 heartbeat.cancel()
                 return  # no drain: the connection closes, unacked requests are redelivered
             logger.info("stopping: no new requests, draining %d in flight", len(self._in_flight))
+            _, queue, tag = self._consuming
             # Bounded: with the broker gone, a robust channel would wait for a reconnection
             # that may never come, and the worker would ignore SIGTERM.
             try:
@@ -372,6 +386,67 @@ class Worker:
             return queue, await queue.consume(self._on_message)
 
         return await attempt()
+
+    async def _guard_consumer(self, connection: aio_pika.abc.AbstractRobustConnection) -> None:
+        """Keep the request queue consumed. aio-pika's robust channel restores the consumer
+        after a reconnection or a cancel from the broker (the queue deleted, then made
+        again), but when that restore itself fails (the queue missing at that moment: the
+        channel closes with NOT_FOUND inside its close callback) nothing tries again, and the
+        worker would live on without consuming. So: while the connection is up, a consumer
+        the broker does not hold for `consumer_lost_after` seconds is made again on a new
+        channel (the old one closed: what it had unacked is redelivered); if that fails, the
+        worker ends itself and its driver restarts it."""
+        s = self.settings
+        interval = min(1.0, s.consumer_lost_after / 4)
+        lost_since: float | None = None
+        while True:
+            await asyncio.sleep(interval)
+            if not connection.connected.is_set() or await self._consumer_held():
+                lost_since = None  # reconnecting: the robust connection restores it
+                continue
+            now = time.monotonic()
+            if lost_since is None:
+                lost_since = now
+            if now - lost_since < s.consumer_lost_after:
+                continue
+            logger.warning(
+                "worker %s of key %r: the broker has held no consumer of %s for %.0f s while "
+                "connected: consuming again on a new channel",
+                s.id, s.key, s.requests_queue, now - lost_since,
+            )  # fmt: skip
+            try:
+                await self._consume_again(connection)
+            except Exception as exc:
+                self.abort(f"its consumer of {s.requests_queue} was lost and not made again: {exc}")
+                return
+            self.consumer_restarts += 1
+            lost_since = None
+            logger.info("worker %s of key %r consumes its queue again", s.id, s.key)
+
+    async def _consumer_held(self) -> bool:
+        """Whether the channel consuming the request queue is open and holds its consumer
+        (aiormq drops a tag on the broker's cancel and with its channel)."""
+        assert self._consuming is not None
+        channel, _, tag = self._consuming
+        try:
+            async with asyncio.timeout(1):
+                # aiormq's channel: its `consumers` are the tags the broker holds.
+                underlay = cast(aiormq.Channel, await channel.get_underlay_channel())
+        except (TimeoutError, *_BROKER_GONE):
+            return False
+        return not underlay.is_closed and tag in underlay.consumers
+
+    async def _consume_again(self, connection: aio_pika.abc.AbstractRobustConnection) -> None:
+        assert self._consuming is not None
+        await _close_quietly(self._consuming[0])
+        channel = await connection.channel(publisher_confirms=True)
+        await channel.set_qos(prefetch_count=self.settings.concurrency)
+
+        async def already_ready() -> None:
+            pass
+
+        queue, tag = await self._consume(connection, channel, already_ready)
+        self._consuming = (channel, queue, tag)
 
     async def _announce(self, event: Event, *, reason: str | None = None) -> None:
         """Publish `started`, `ready` or `start-failed`, retried a few seconds while the

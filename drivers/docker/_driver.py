@@ -252,7 +252,7 @@ class DockerDriver:
             labels = c.get("Labels") or {}
             if labels.get(LABEL_POOL) != self._context.pool or LABEL_STANDBY not in labels:
                 continue
-            if c["Id"] in self._assigned or c["Id"] in self._taking:
+            if c["Id"] in self._assigned or c["Id"] in self._taking or c.get("State") == "removing":
                 continue
             name = (c.get("Names") or ["/"])[0].lstrip("/")
             current = labels.get(LABEL_VERSION) == self.version
@@ -381,14 +381,24 @@ class DockerDriver:
             self._remove(c)
 
     def _remove(self, container: dict[str, Any]) -> None:
+        """Stop and remove one container; done too when it is gone or another removal of it
+        (another thread's, another controller's) is under way. An assigned standby stays
+        recorded as its key's until it is gone: the standby loop must not take it for an
+        orphan and remove it at the same time."""
         import docker.errors
 
-        self._assigned.pop(container["Id"], None)
         api = self._engine().api
-        with contextlib.suppress(docker.errors.NotFound):
+        try:
             if container.get("State") not in _STOPPED_STATES | _GONE_STATES:
                 api.stop(container["Id"], timeout=self._settings.stop_timeout)
             api.remove_container(container["Id"], force=True)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as exc:
+            if not _being_removed(exc):
+                raise
+        finally:
+            self._assigned.pop(container["Id"], None)
 
     def _create(self, key: str, index: int) -> None:
         name = names.object_name(self._context.pool, key, suffix=f"{index}-{self.version}")
@@ -462,6 +472,13 @@ class DockerDriver:
             raise
         container.start()
         return str(container.id)
+
+
+def _being_removed(exc: Any) -> bool:
+    """Whether the engine refused because a removal of the container is already under way
+    (409: "removal of container ... is already in progress"; also when stopping it)."""
+    explanation = str(getattr(exc, "explanation", "") or "")
+    return exc.status_code == 409 and "already in progress" in explanation
 
 
 @contextlib.contextmanager

@@ -85,13 +85,6 @@ async def _leaderless_keys(node: RabbitNode, names: PoolNames) -> list[str]:
     pytest.fail("no declaration cut short by three crashes: the state could not be made")
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="seen once in CI (2026-11-27, 1 run of 3): the queue was repaired but its worker, "
-    "whose robust channel closed with NOT_FOUND when the queue was deleted under it, never "
-    "consumed the new queue (aio-pika's channel restore failed in a close callback); the "
-    "request was not answered in 120 s. Not yet fixed: the worker SDK must consume again",
-)
 async def test_a_queue_never_given_a_leader_is_declared_again_and_its_key_answered(
     rabbit_node: RabbitNode,
     pool: str,

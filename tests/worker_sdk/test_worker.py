@@ -266,6 +266,35 @@ async def test_worker_consumes_again_after_its_connection_is_dropped(harness: An
     assert (await h.call(b"after", timeout=60)).body == b"after"
 
 
+async def test_a_consumer_lost_while_connected_is_made_again(harness: Any) -> None:
+    """The broker stops delivering to the worker while its connection and channel live and
+    aio-pika does not know (its consumer is cancelled on the channel under aio-pika's
+    robust one, as when a restore failed halfway): requests wait in the queue. The worker
+    sees that the broker holds no consumer of its and consumes again on a new channel."""
+    h = await harness(echo_worker, consumer_lost_after=1.0)
+    assert (await h.call(b"before")).ok
+    assert h.worker._consuming is not None
+    channel, queue, tag = h.worker._consuming
+    underlay = await channel.get_underlay_channel()
+    await underlay.basic_cancel(tag)
+    assert tag not in underlay.consumers
+    assert (await h.call(b"after", timeout=60)).body == b"after"
+    assert h.worker.consumer_restarts == 1
+    assert not h.task.done()
+
+
+async def test_a_worker_whose_queue_is_gone_for_good_ends_itself(harness: Any) -> None:
+    """Its queue deleted and never made again: the worker tries to consume again for
+    `queue_wait_timeout`, then ends itself with the reason (its driver restarts it, and a
+    worker that cannot find its queue at start says so as `start-failed`)."""
+    h = await harness(echo_worker, consumer_lost_after=0.5, queue_wait_timeout=2.0)
+    async with broker.management() as http:
+        name = urllib.parse.quote(h.names.request_queue(h.key), safe="")
+        assert (await http.delete(f"/queues/%2F/{name}")).status_code in (200, 204)
+    await asyncio.wait_for(h.task, 60)
+    assert h.worker.aborted is not None and "was lost and not made again" in h.worker.aborted
+
+
 async def test_worker_survives_its_connection_cut_before_and_while_consuming(
     pool: str, amqp_url: str
 ) -> None:
