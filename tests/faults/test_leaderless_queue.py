@@ -32,7 +32,8 @@ from tests.faults.conftest import echo_driver
 from tests.faults.rabbit_node import RabbitNode
 from tests.waiting import eventually
 
-pytestmark = pytest.mark.timeout(300)
+# A SIGKILLed node and its restart, 40-95 s in a full run: a chaos test (CONTRIBUTING.md).
+pytestmark = [pytest.mark.chaos, pytest.mark.timeout(300)]
 
 KEYS = [f"k-{i}" for i in range(60)]
 
