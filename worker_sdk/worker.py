@@ -222,7 +222,7 @@ class Worker:
             try:
                 async with asyncio.timeout(_BROKER_STEP_TIMEOUT):
                     await queue.cancel(tag)
-            except (TimeoutError, aio_pika.exceptions.AMQPError, ConnectionError):
+            except (TimeoutError, *_BROKER_GONE):  # a channel closed under it too
                 logger.warning("could not cancel the consumer (broker unreachable?)")
             await self._drain()
             heartbeat.cancel()
