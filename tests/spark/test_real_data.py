@@ -25,6 +25,9 @@ pytestmark = pytest.mark.timeout(300)
 
 
 def ingest(src: Path, root: Path, *args: str) -> Any:
+    """`pipeline ingest` in this process: on the shared session, so a test calling it asks for
+    the `spark` fixture (which puts it in the `spark` xdist group: without it, each xdist
+    worker that ran one started a JVM of its own beside the group's, 46-58 s a test in CI)."""
     result = CliRunner().invoke(
         pipeline.app, ["ingest", str(src), str(root), *args], catch_exceptions=False
     )
@@ -327,7 +330,7 @@ def test_permissive_quarantines_exactly_the_bad_rows(
 
 
 def test_a_word_in_a_number_column_makes_it_text_and_is_said(
-    tmp_path: Path, broken: tuple[Path, dict[int, str]]
+    spark: Any, tmp_path: Path, broken: tuple[Path, dict[int, str]]
 ) -> None:
     src, _ = broken
     inferred = ingest(src, tmp_path, "--name", "f", "--version", "i")
@@ -336,7 +339,7 @@ def test_a_word_in_a_number_column_makes_it_text_and_is_said(
 
 
 def test_dropmalformed_drops_and_counts_the_bad_rows(
-    tmp_path: Path, broken: tuple[Path, dict[int, str]]
+    spark: Any, tmp_path: Path, broken: tuple[Path, dict[int, str]]
 ) -> None:
     src, _ = broken
     mode = ("--mode", "dropmalformed", "--schema", FLIGHTS)
@@ -348,7 +351,7 @@ def test_dropmalformed_drops_and_counts_the_bad_rows(
 
 
 def test_failfast_names_the_file_and_line_and_publishes_nothing(
-    tmp_path: Path, broken: tuple[Path, dict[int, str]]
+    spark: Any, tmp_path: Path, broken: tuple[Path, dict[int, str]]
 ) -> None:
     src, expected = broken
     mode = ("--mode", "failfast", "--schema", FLIGHTS)
@@ -364,7 +367,7 @@ def test_failfast_names_the_file_and_line_and_publishes_nothing(
 
 
 def test_more_bad_rows_than_allowed_publish_nothing(
-    tmp_path: Path, broken: tuple[Path, dict[int, str]]
+    spark: Any, tmp_path: Path, broken: tuple[Path, dict[int, str]]
 ) -> None:
     src, _ = broken
     bounded = ingest(
