@@ -59,6 +59,8 @@ _BROKER_ERRORS = (
 _BROKER_GONE = (aio_pika.exceptions.AMQPError, ConnectionError, RuntimeError)
 
 Handler = Callable[[request.Request], Any]
+#: The channel consuming the request queue, the queue, and the consumer tag.
+_Consuming = tuple[aio_pika.abc.AbstractChannel, aio_pika.abc.AbstractQueue, str]
 Hook = Callable[["Worker"], Any]
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
@@ -93,9 +95,7 @@ class Worker:
         self._abort = asyncio.Event()
         self._watchdog = watchdog.Watchdog(grace=self.settings.stall_grace, on_wedged=self.abort)
         #: The channel, queue and consumer tag serving requests, once consuming.
-        self._consuming: (
-            tuple[aio_pika.abc.AbstractChannel, aio_pika.abc.AbstractQueue, str] | None
-        ) = None
+        self._consuming: _Consuming | None = None
         #: How many times the consumer was made again (`_guard_consumer`).
         self.consumer_restarts = 0
 
@@ -201,7 +201,7 @@ class Worker:
             if consuming is None:
                 logger.info("stopped while starting: no request taken")
                 return
-            self._consuming = (channel, *consuming)
+            self._consuming = consuming
             heartbeat = asyncio.create_task(reporter.run(), name="activity-heartbeat")
             guard = asyncio.create_task(self._watchdog.run(), name="watchdog")
             consumer_guard = asyncio.create_task(
@@ -300,7 +300,7 @@ class Worker:
         channel: aio_pika.abc.AbstractChannel,
         reporter: activity.ActivityReporter,
         stop: asyncio.Event,
-    ) -> tuple[aio_pika.abc.AbstractQueue, str] | None:
+    ) -> _Consuming | None:
         """Announce `started`, run the start-up hooks, announce `ready` and consume the
         request queue: the queue and consumer tag, or None when stopped while starting. A
         start-up that fails is reported (`start-failed`, with its reason) before its exception
@@ -344,7 +344,7 @@ class Worker:
         connection: aio_pika.abc.AbstractRobustConnection,
         channel: aio_pika.abc.AbstractChannel,
         ready: Callable[[], Awaitable[None]],
-    ) -> tuple[aio_pika.abc.AbstractQueue, str]:
+    ) -> _Consuming:
         """Run the start-up hooks, then consume the request queue (`ready` once it exists)."""
         for hook in self._startup:
             await self._call(hook, self)
@@ -355,9 +355,10 @@ class Worker:
         connection: aio_pika.abc.AbstractRobustConnection,
         channel: aio_pika.abc.AbstractChannel,
         ready: Callable[[], Awaitable[None]],
-    ) -> tuple[aio_pika.abc.AbstractQueue, str]:
-        """Consume the request queue once the controller has created it; `ready` is awaited
-        once it exists, before the consumer attaches.
+    ) -> _Consuming:
+        """Consume the request queue once the controller has created it, on `channel` or,
+        if that was closed under an attempt, on a new one: the channel, the queue and the
+        consumer tag. `ready` is awaited once the queue exists, before the consumer attaches.
 
         Retried with back-off: the queue may not exist yet (a failed passive declare closes
         its channel, so existence is checked on a spare one), and RabbitMQ before 4.1 drops
@@ -365,9 +366,14 @@ class Worker:
         rabbitmq-server#13625) when a consumer attaches to a quorum queue whose Raft member is
         not running yet, e.g. right after the queue was declared; the robust connection comes
         back and the next attempt succeeds. Until it is back, an attempt meets a connection
-        without transport (`RuntimeError`): retried as well (`_BROKER_GONE`).
+        without transport (`RuntimeError`): retried as well (`_BROKER_GONE`). The queue can
+        also go between the check and the declare (the controller repairing a queue without
+        a leader): the declare closes the channel with NOT_FOUND, and aio-pika's restore of
+        it fails the same way and is never tried again (seen in CI): the next attempt takes
+        a new channel.
         """
         name = self.settings.requests_queue
+        current = channel
 
         @tenacity.retry(
             retry=tenacity.retry_if_exception_type(_BROKER_GONE),
@@ -376,14 +382,19 @@ class Worker:
             before_sleep=tenacity.before_sleep_log(logger, logging.INFO),
             reraise=True,
         )
-        async def attempt() -> tuple[aio_pika.abc.AbstractQueue, str]:
+        async def attempt() -> _Consuming:
+            nonlocal current
             async with connection.channel() as spare:
                 await spare.declare_queue(name, passive=True)
+            if current.is_closed:
+                await _close_quietly(current)
+                current = await connection.channel(publisher_confirms=True)
+                await current.set_qos(prefetch_count=self.settings.concurrency)
             # Declared (passively) on the robust channel, so its consumer is restored after
             # a reconnect; a queue obtained by name only would silently stop being consumed.
-            queue = await channel.declare_queue(name, passive=True)
+            queue = await current.declare_queue(name, passive=True)
             await ready()
-            return queue, await queue.consume(self._on_message)
+            return current, queue, await queue.consume(self._on_message)
 
         return await attempt()
 
@@ -445,8 +456,7 @@ class Worker:
         async def already_ready() -> None:
             pass
 
-        queue, tag = await self._consume(connection, channel, already_ready)
-        self._consuming = (channel, queue, tag)
+        self._consuming = await self._consume(connection, channel, already_ready)
 
     async def _announce(self, event: Event, *, reason: str | None = None) -> None:
         """Publish `started`, `ready` or `start-failed`, retried a few seconds while the
