@@ -175,14 +175,13 @@ class Worker:
             s.amqp_uri, name=f"worker {s.id} ({s.pool})", reconnect_interval=1
         )
         try:
-            channel = await connection.channel(publisher_confirms=True)
+            channel = await self._request_channel(connection)
             # Confirmed publishes (activity, replies to named queues) on a channel of their
             # own, replaced if the broker keeps refusing it (`wire.RenewingChannel`).
             publisher = wire.RenewingChannel(connection, name=f"worker {s.id}")
             self._replier = replies.Replier(
                 s, confirmed=publisher, fast=await connection.channel(publisher_confirms=False)
             )
-            await channel.set_qos(prefetch_count=s.concurrency)
             if s.standby_queue is not None:
                 for hook in self._standby:
                     await self._call(hook, self)
@@ -388,8 +387,7 @@ class Worker:
                 await spare.declare_queue(name, passive=True)
             if current.is_closed:
                 await _close_quietly(current)
-                current = await connection.channel(publisher_confirms=True)
-                await current.set_qos(prefetch_count=self.settings.concurrency)
+                current = await self._request_channel(connection)
             # Declared (passively) on the robust channel, so its consumer is restored after
             # a reconnect; a queue obtained by name only would silently stop being consumed.
             queue = await current.declare_queue(name, passive=True)
@@ -397,6 +395,15 @@ class Worker:
             return current, queue, await queue.consume(self._on_message)
 
         return await attempt()
+
+    async def _request_channel(
+        self, connection: aio_pika.abc.AbstractRobustConnection
+    ) -> aio_pika.abc.AbstractChannel:
+        """A channel to consume the request queue on: confirmed, `concurrency` deliveries at
+        a time."""
+        channel = await connection.channel(publisher_confirms=True)
+        await channel.set_qos(prefetch_count=self.settings.concurrency)
+        return channel
 
     async def _guard_consumer(self, connection: aio_pika.abc.AbstractRobustConnection) -> None:
         """Keep the request queue consumed. aio-pika's robust channel restores the consumer
@@ -448,15 +455,16 @@ class Worker:
         return not underlay.is_closed and tag in underlay.consumers
 
     async def _consume_again(self, connection: aio_pika.abc.AbstractRobustConnection) -> None:
+        """Close the consuming channel (what it had unacked is redelivered) and consume again:
+        `_consume` takes a new channel for a closed one."""
         assert self._consuming is not None
-        await _close_quietly(self._consuming[0])
-        channel = await connection.channel(publisher_confirms=True)
-        await channel.set_qos(prefetch_count=self.settings.concurrency)
+        closed = self._consuming[0]
+        await _close_quietly(closed)
 
         async def already_ready() -> None:
             pass
 
-        self._consuming = await self._consume(connection, channel, already_ready)
+        self._consuming = await self._consume(connection, closed, already_ready)
 
     async def _announce(self, event: Event, *, reason: str | None = None) -> None:
         """Publish `started`, `ready` or `start-failed`, retried a few seconds while the
