@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 
 #: The column holding why a row is bad (null or empty: the row is good).
 REASON_COLUMN = "_bad_reason"
+#: The lean frame's flag: the row is bad (its reason is built only where bad rows are read).
+BAD_COLUMN = "_bad"
 #: The source file of each row.
 FILE_COLUMN = "_source_file"
 #: Candidate types, most specific first.
@@ -164,10 +166,11 @@ def infer(df: DataFrame, columns: list[str], options: read_options.ReadOptions) 
 def convert(
     df: DataFrame, schema: StructType, options: read_options.ReadOptions, *, sources: bool = True
 ) -> DataFrame:
-    """`df` (text columns named as `schema`'s) typed as `schema`, with `REASON_COLUMN` (why
-    the row is bad, or empty); with `sources`, also `FILE_COLUMN`, each value's text
-    (`raw_columns`) and `CORRUPT_COLUMN` when present, which the bad rows are read with
-    (without: the lean frame the good rows are written from, nothing in it copied for them).
+    """`df` (text columns named as `schema`'s) typed as `schema`. With `sources`: also
+    `REASON_COLUMN` (why the row is bad, or empty), `FILE_COLUMN`, each value's text
+    (`raw_columns`) and `CORRUPT_COLUMN` when present, which the bad rows are read with.
+    Without: the lean frame the good rows are written from, `BAD_COLUMN` (a boolean) beside
+    the typed values and nothing else: no text is built or copied for a row there.
 
     Ordered for the common row, every value of which parses: the markers are looked at only
     where a value did not parse (a marker that parses as the column's type, a sentinel such
@@ -217,16 +220,13 @@ def convert(
         checks.insert(0, (corrupt.isNotNull(), F.lit(f"malformed record ({what})")))
         if sources:
             extra.append(corrupt)
-    if checks:
-        bad = checks[0][0]
-        for condition, _ in checks[1:]:
-            bad = bad | condition
-        reasons = [F.when(condition, text) for condition, text in checks]
-        reason = F.when(bad, F.concat_ws("; ", *reasons)).otherwise(F.lit(""))
-    else:
-        reason = F.lit("")
+    bad = F.lit(False)
+    for condition, _ in checks:
+        bad = bad | condition
     if not sources:
-        return df.select(*typed, reason.alias(REASON_COLUMN))
+        return df.select(*typed, bad.alias(BAD_COLUMN))
+    reasons = [F.when(condition, text) for condition, text in checks]
+    reason = F.when(bad, F.concat_ws("; ", *reasons)).otherwise(F.lit("")) if checks else F.lit("")
     raws = [F.col(f"`{f.name}`").alias(f"_raw_{i}") for i, f in enumerate(schema.fields)]
     return df.select(
         *typed,

@@ -1,8 +1,9 @@
 """One ingest: raw files in, a checked, described, atomically published dataset version out.
 
-    read as text -> types (declared or inferred) -> typed rows + bad-row reasons
+    read as text -> types (declared or inferred) -> typed rows + a bad-row flag
     -> write the good rows aside, observing the bad-row count, statistics and checks
-    -> bad rows by mode (read again only if any) -> unique checks -> manifest
+    -> bad rows with their reasons by mode (read again only if any) -> unique checks
+    -> manifest
     -> publish (rename, then move the NAME link)
 
 Nothing is visible to workers before the last step; any failure before it removes what was
@@ -82,6 +83,8 @@ def _no_constraint_propagation(spark: SparkSession) -> Iterator[None]:
 
 
 def _run(spark: SparkSession, request: Request, *, say: Callable[[str], None]) -> Result:
+    from pyspark.sql import functions as F  # noqa: N812
+
     versions.check_free(request.root, request.name, request.dataset, promote=request.promote)
     options = request.options
     declared = read_options.parse_schema(spark, options.schema_ddl) if options.schema_ddl else None
@@ -93,7 +96,7 @@ def _run(spark: SparkSession, request: Request, *, say: Callable[[str], None]) -
     text, columns = read_text(spark, request.src, options, declared)
     if options.format == "parquet":
         schema = text.schema
-        typed = text.select("*", _empty_reason())
+        typed = text.select("*", F.lit(False).alias(inference.BAD_COLUMN))
     else:
         if declared is not None:
             schema = declared
@@ -157,12 +160,12 @@ def _write_checked(
     from pyspark.sql import functions as F  # noqa: N812
 
     options = request.options
-    reason = F.col(inference.REASON_COLUMN)
+    flagged = F.col(inference.BAD_COLUMN)
     all_rows, good_rows = Observation("rows"), Observation("good rows")
     observed = typed.observe(
-        all_rows, F.count(F.lit(1)).alias("rows"), F.count_if(reason != "").alias("bad")
+        all_rows, F.count(F.lit(1)).alias("rows"), F.count_if(flagged).alias("bad")
     )
-    good = observed.where(reason == "").select(*[F.col(f"`{n}`") for n in schema.fieldNames()])
+    good = observed.where(~flagged).select(*[F.col(f"`{n}`") for n in schema.fieldNames()])
     new_rows = Observation("new rows")
     if request.dedup_on:
         good = appending.first_of_each_key(good, request.dedup_on)
@@ -202,9 +205,10 @@ def _write_checked(
         raise IngestError(str(exc)) from exc
     quarantine = bad_rows.write_quarantine(staged, bad) if options.mode == "permissive" else None
     if request.checks is not None:
-        written = spark.read.parquet(staged)
-        counts.update(checks.unique_counts(request.checks, written))
-        failed = checks.failures(request.checks, counts, written)
+        counts.update(
+            checks.unique_counts(request.checks, spark, staged, schema, request.partition_by)
+        )
+        failed = checks.failures(request.checks, counts, lambda: spark.read.parquet(staged))
         if failed:
             say(checks.report(failed))
             raise IngestError(f"{len(failed)} check(s) failed: nothing published")
@@ -306,9 +310,3 @@ def _names(
     except read_options.ReadOptionsError as exc:
         raise IngestError(f"{src}: {exc}") from exc
     return names
-
-
-def _empty_reason() -> Any:
-    from pyspark.sql import functions as F  # noqa: N812
-
-    return F.lit("").alias(inference.REASON_COLUMN)
