@@ -154,8 +154,9 @@ def _write_checked(
 ) -> Result:
     """Write the good rows of `typed` aside, measuring as they go by (Spark observations: the
     bad rows' count, the manifest's statistics and the checks' counts, all in the one pass that
-    writes); then the bad rows (read again from `text` only when there are some) and the
-    unique checks."""
+    writes; null counts, and integers' and dates' min and max, from the Parquet footers the
+    write produces); then the bad rows (read again from `text` only when there are some) and
+    the unique checks."""
     from pyspark.sql import Observation
     from pyspark.sql import functions as F  # noqa: N812
 
@@ -176,7 +177,8 @@ def _write_checked(
         good = existing.unionByName(good.observe(new_rows, F.count(F.lit(1)).alias("rows")))
     else:
         good = good.observe(new_rows, F.count(F.lit(1)).alias("rows"))
-    aggregates = manifest.statistics(schema)
+    in_footers = manifest.footer_columns(schema, request.partition_by)
+    aggregates = manifest.statistics(schema, in_footers=in_footers)
     if request.checks is not None:
         aggregates += checks.aggregates(request.checks, schema)
     good = good.observe(good_rows, *aggregates)
@@ -193,6 +195,16 @@ def _write_checked(
     read_rows = int(all_rows.get.get("rows") or 0)
     added = int(new_rows.get.get("rows") or 0)
     counts = dict(good_rows.get) or {"stat:rows": 0}
+    found, missing = manifest.footer_statistics(staged, schema, in_footers)
+    counts.update(found)
+    if missing:  # a footer without the statistic: counted on the written files instead
+        fallback = [
+            aggregate
+            for i, field in enumerate(schema.fields)
+            if field.name in missing
+            for aggregate in manifest.nulls_min_max(i, field)
+        ]
+        counts.update(spark.read.parquet(staged).agg(*fallback).collect()[0].asDict())
     # Read again, with each value's text and file, only when there are bad rows.
     bad = (
         bad_rows.collect(inference.convert(text, schema, options), schema, options)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -111,7 +112,8 @@ async def test_two_controllers_at_once_one_leads_and_the_standby_takes_over(
         what="one leader, one standby",
         timeout=60,
     )
-    assert not await caller.settle(150, grace=2)
+    unanswered = await caller.settle(150, grace=2)
+    assert not unanswered, explain(caller, unanswered, controllers)
     assert caller.statuses(sent) == {Status.OK: KEYS * PER_KEY}
     assert one_worker_per_key(pool) == {f"both-{k}": 1 for k in range(KEYS)}
     assert sorted(map(str, await roles())) == ["leader", "standby"]  # still exactly one
@@ -127,6 +129,21 @@ async def test_two_controllers_at_once_one_leads_and_the_standby_takes_over(
     after = [await caller.send(pool, f"after-{k}", b"x") for k in range(3)]
     assert not await caller.settle(90)
     assert caller.statuses(after) == {Status.OK: 3}
+
+
+def explain(caller: Caller, unanswered: list[str], controllers: list[ControllerProcess]) -> str:
+    """The unanswered requests' keys, and what each controller's log says of those keys (its
+    last lines naming them): the loss this test met once is not explained yet."""
+    described = caller.describe(unanswered)
+    keys = sorted({str(key) for key, _ in described})
+    named = re.compile("|".join(rf"{re.escape(key)}(?![\w-])" for key in keys))
+    lines = [f"{len(unanswered)} unanswered: (key, connection epoch) {described}"]
+    for n, controller in enumerate(controllers):
+        text = controller.log.read_text(errors="replace").splitlines()
+        naming = [line for line in text if named.search(line)]
+        lines.append(f"controller {n} (alive: {controller.alive()}), {len(naming)} line(s):")
+        lines += [f"  {line[:300]}" for line in naming[-20:]]
+    return "\n".join(lines)
 
 
 async def _when(awaitable: Awaitable[Any], test: Callable[[Any], bool]) -> Any:
