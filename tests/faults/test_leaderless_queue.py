@@ -120,13 +120,19 @@ async def _repaired_and_answered(
 ) -> None:
     stuck = await _leaderless_keys(node, names)
     print(f"LEADERLESS {len(stuck)} of {len(KEYS)} queues never elected: {stuck[:5]}...")
+    # Not waited for here: on a slow machine the restarted node answered nothing for about
+    # 20 s while it worked through its queues, and the controller's first session stepped
+    # down on its lease before it led (CI, twice on one machine); the call below waits for
+    # a later session (the controller's own retries), for longer.
     running = await make_controller(
         pool,
+        wait=False,
         amqp={"url": node.amqp_url, "management_url": node.management_url},
         queues={"leaderless_after": 8},
         groups={"unbind_delay": 300, "stop_delay": 300},
         driver=echo_driver(),
     )
+    await asyncio.wait_for(running.controller.wait_leader(), 120)
     metrics = running.controller.metrics.registry
 
     def repairs() -> float:
