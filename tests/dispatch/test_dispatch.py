@@ -72,7 +72,8 @@ async def test_idle_group_is_unbound_then_stopped_and_its_queue_deleted(
     running: Running = await make_controller(  # type: ignore[operator]
         # Long enough for each stage to be seen before the next on a loaded machine (1.5 s
         # each was not: once, in CI, the key was unbound before the first check).
-        pool, groups={"unbind_delay": 6, "stop_delay": 6}
+        pool,
+        groups={"unbind_delay": 6, "stop_delay": 6},
     )
     assert (await client.call(pool, "idle", b"x", timeout=60)).ok
     assert "idle" in await broker.bound_keys(pool)
