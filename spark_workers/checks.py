@@ -8,8 +8,9 @@
 
 (`pipeline ingest --checks FILE`). The file is validated first (unknown keys, unknown
 columns, a range on a text column, more than `MAX_ALLOWED` allowed values are refused), then
-every check of every column is counted while the rows are written (a Spark observation,
-with the manifest's statistics), `unique` on the written files (`unique_counts`);
+every check of every column is counted while the rows are written (a Spark observation:
+in the one that counts the bad rows, when nothing is appended or deduplicated), `unique` from
+the written files' exact distinct counts (`written`) or a grouping query (`unique_counts`);
 the report names each failed check with its count and a few failing values.
 
 pandera (0.35) was tried first: it installs and validates PySpark 4.3 DataFrames, but its
@@ -24,26 +25,33 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
-import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pydantic
 
-from spark_workers import manifest
-
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
+    from spark_workers.written import Statistics
+
 MAX_ALLOWED = 1_000
-#: The largest `unique` column (uncompressed, as the Parquet footers give it) counted on the
-#: driver with Arrow; a larger one is counted by a Spark query.
-ARROW_UNIQUE_BYTES = 64 << 20
-#: Spark types Arrow compares as Spark's grouping does (bytes, integers, days). Floating
-#: point is left to Spark (its grouping takes -0.0 for 0.0 and every NaN for one value),
-#: and timestamps too (Spark writes them as INT96 unless told otherwise).
-_ARROW_UNIQUE_TYPES = ("byte", "short", "integer", "long", "string", "date", "boolean")
+#: Spark types whose exact distinct count by Arrow (`written.statistics`) is Spark's
+#: grouping's: the same values are the same bytes, integers, days or microseconds. Floating
+#: point is left to Spark's grouping (it takes -0.0 for 0.0 and every NaN for one value).
+_ARROW_UNIQUE_TYPES = (
+    "byte",
+    "short",
+    "integer",
+    "long",
+    "decimal",
+    "string",
+    "date",
+    "boolean",
+    "timestamp",
+    "timestamp_ntz",
+)
 MAX_CHECK_FILE_BYTES = 1_000_000
 _EXAMPLES = 5
 Scalar = bool | int | float | str
@@ -153,26 +161,29 @@ class Failure:
         return f"  {self.column}: {self.check}: {self.rows} row(s) fail{shown}"
 
 
-def aggregates(checks: Checks, schema: StructType) -> list[Column]:
-    """Columns counting the rows that fail each check (names `check:<i>:<column>:<kind>`)."""
+def aggregates(checks: Checks, schema: StructType, *, among: Column | None = None) -> list[Column]:
+    """Columns counting the rows that fail each check (names `check:<i>:<column>:<kind>`),
+    among the rows where `among` holds (every row without it)."""
     from pyspark.sql import functions as F  # noqa: N812
 
     types = {f.name: f.dataType for f in schema.fields}
     out: list[Column] = []
+
+    def count(condition: Column, label: str) -> None:
+        out.append(F.count_if(condition if among is None else among & condition).alias(label))
+
     for i, (name, column) in enumerate(checks.columns.items()):
         col = F.col(f"`{name}`")
         prefix = f"check:{i}:"
         if column.not_null:
-            out.append(F.count_if(col.isNull()).alias(prefix + "not_null"))
+            count(col.isNull(), prefix + "not_null")
         if column.min is not None:
-            bound = F.lit(column.min).cast(types[name])
-            out.append(F.count_if(col < bound).alias(prefix + f"min {column.min!r}"))
+            count(col < F.lit(column.min).cast(types[name]), prefix + f"min {column.min!r}")
         if column.max is not None:
-            bound = F.lit(column.max).cast(types[name])
-            out.append(F.count_if(col > bound).alias(prefix + f"max {column.max!r}"))
+            count(col > F.lit(column.max).cast(types[name]), prefix + f"max {column.max!r}")
         if column.allowed is not None:
             allowed = [F.lit(v).cast(types[name]) for v in column.allowed]
-            out.append(F.count_if(~col.isin(allowed)).alias(prefix + "allowed"))
+            count(~col.isin(allowed), prefix + "allowed")
     return out
 
 
@@ -181,59 +192,32 @@ def unique_counts(
     spark: SparkSession,
     directory: str,
     schema: StructType,
-    partition_by: tuple[str, ...],
+    stats: Statistics,
 ) -> dict[str, int]:
     """Rows beyond the first of each repeated value, per `unique` column (nulls aside), in
-    the Parquet files written to `directory`. A column of at most `ARROW_UNIQUE_BYTES` is
-    counted on the driver with Arrow from its column chunks alone (1M integers: a few tens
-    of milliseconds, against 0.5-1 s for a Spark job's grouping and shuffle); a larger one,
-    a partition column or a type Arrow does not compare as Spark does, by a grouping query
-    (a distinct count among the write's other aggregates would make Spark expand every
-    row: 10x the time of the whole ingest at 1M rows)."""
+    the Parquet files written to `directory`: the rows present less the distinct values
+    where Arrow counted them exactly (`written.statistics`), a grouping query otherwise (a
+    distinct count among the write's other aggregates would make Spark expand every row:
+    10x the time of the whole ingest at 1M rows)."""
     from pyspark.sql import functions as F  # noqa: N812
 
     types = {f.name: f.dataType.typeName() for f in schema.fields}
-    files = [os.path.join(directory, f["path"]) for f in manifest.data_files(directory)]
+    index = {f.name: i for i, f in enumerate(schema.fields)}
     out = {}
     for i, (name, column) in enumerate(checks.columns.items()):
         if not column.unique:
             continue
-        extra = None
-        if types[name] in _ARROW_UNIQUE_TYPES and name not in partition_by:
-            extra = _arrow_repeats(files, name)
-        if extra is None:
-            col = F.col(f"`{name}`")
-            written = spark.read.parquet(directory)
-            repeated = written.where(col.isNotNull()).groupBy(col).count().where("count > 1")
-            row = repeated.agg(F.sum(F.col("count") - 1).alias("extra")).collect()[0]
-            extra = int(row["extra"] or 0)
-        out[f"check:{i}:unique"] = extra
+        if name in stats.exact and types[name] in _ARROW_UNIQUE_TYPES:
+            j = index[name]
+            present = stats.counts["stat:rows"] - stats.counts[f"stat:{j}:nulls"]
+            out[f"check:{i}:unique"] = int(present - stats.counts[f"stat:{j}:distinct"])
+            continue
+        col = F.col(f"`{name}`")
+        written = spark.read.schema(schema).parquet(directory)
+        repeated = written.where(col.isNotNull()).groupBy(col).count().where("count > 1")
+        row = repeated.agg(F.sum(F.col("count") - 1).alias("extra")).collect()[0]
+        out[f"check:{i}:unique"] = int(row["extra"] or 0)
     return out
-
-
-def _arrow_repeats(files: list[str], name: str) -> int | None:
-    """Rows of column `name` repeating an earlier non-null value, or None when the column is
-    larger than `ARROW_UNIQUE_BYTES` or not found in every file's footer."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    size = 0
-    for path in files:
-        metadata = pq.read_metadata(path)
-        found = [j for j in range(metadata.num_columns) if metadata.schema.column(j).path == name]
-        if len(found) != 1:
-            return None
-        for group in range(metadata.num_row_groups):
-            size += metadata.row_group(group).column(found[0]).total_uncompressed_size
-        if size > ARROW_UNIQUE_BYTES:
-            return None
-    chunks = [pq.read_table(path, columns=[name]).column(0) for path in files]
-    if not chunks:
-        return 0
-    values = pa.chunked_array([c for chunk in chunks for c in chunk.chunks], type=chunks[0].type)
-    present = len(values) - values.null_count
-    return int(present - pc.count_distinct(values, mode="only_valid").as_py())
 
 
 def failures(

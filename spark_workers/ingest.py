@@ -12,12 +12,22 @@ written aside. `pipeline ingest` is the command line of this module.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from spark_workers import appending, bad_rows, checks, inference, manifest, read_options, versions
+from spark_workers import (
+    appending,
+    bad_rows,
+    checks,
+    inference,
+    manifest,
+    read_options,
+    versions,
+    written,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -64,7 +74,38 @@ Stage = Callable[[str], Any]
 def run(spark: SparkSession, request: Request, *, say: Callable[[str], None]) -> Result:
     """Ingest `request`; `say` gets the lines a user reads (schema, counts, reports)."""
     with _no_constraint_propagation(spark):
-        return _run(spark, request, say=say)
+        try:
+            return _run(spark, request, say=say)
+        except Exception as exc:
+            mismatch = _header_mismatch(exc)
+            if mismatch is None:
+                raise
+            raise IngestError(mismatch) from exc
+
+
+#: How Spark's CSV reader begins the message of a header unlike the schema.
+_HEADER_MISMATCH = "CSV header does not conform to the schema"
+
+
+def _header_mismatch(exc: BaseException) -> str | None:
+    """Spark's own message (header, schema, file) when a CSV file's header is not the
+    columns', from a failed job's exception or its causes; None for any other failure."""
+    seen: BaseException | None = exc
+    for _ in range(10):
+        if seen is None:
+            return None
+        text = str(seen)
+        at = text.find(_HEADER_MISMATCH)
+        if at >= 0:
+            lines = [line.strip() for line in text[at:].splitlines()]
+            kept = []
+            for line in lines:
+                if not line or line.startswith(("at ", "\tat ")) or "Exception" in line:
+                    break
+                kept.append(line)
+            return "; ".join(kept).replace("schema.;", "schema:", 1)[:2000]
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 @contextlib.contextmanager
@@ -152,60 +193,21 @@ def _write_checked(
     base: appending.Base | None,
     say: Callable[[str], None],
 ) -> Result:
-    """Write the good rows of `typed` aside, measuring as they go by (Spark observations: the
-    bad rows' count, the manifest's statistics and the checks' counts, all in the one pass that
-    writes; null counts, and integers' and dates' min and max, from the Parquet footers the
-    write produces); then the bad rows (read again from `text` only when there are some) and
-    the unique checks."""
-    from pyspark.sql import Observation
-    from pyspark.sql import functions as F  # noqa: N812
-
+    """Write the good rows of `typed` aside, counting as they go by (Spark observations: the
+    rows read, the bad ones and the checks' failures, all in the pass that writes); then the
+    manifest's statistics from the written files (`written`), the bad rows (read again from
+    `text` only when there are some) and the unique checks."""
     options = request.options
-    flagged = F.col(inference.BAD_COLUMN)
-    all_rows, good_rows = Observation("rows"), Observation("good rows")
-    observed = typed.observe(
-        all_rows, F.count(F.lit(1)).alias("rows"), F.count_if(flagged).alias("bad")
-    )
-    good = observed.where(~flagged).select(*[F.col(f"`{n}`") for n in schema.fieldNames()])
-    new_rows = Observation("new rows")
-    if request.dedup_on:
-        good = appending.first_of_each_key(good, request.dedup_on)
-    if base is not None:
-        existing = appending.read_base(spark, base)
-        if request.dedup_on:
-            good = appending.not_in(good, existing, request.dedup_on)
-        good = existing.unionByName(good.observe(new_rows, F.count(F.lit(1)).alias("rows")))
-    else:
-        good = good.observe(new_rows, F.count(F.lit(1)).alias("rows"))
-    in_footers = manifest.footer_columns(schema, request.partition_by)
-    aggregates = manifest.statistics(schema, in_footers=in_footers)
-    if request.checks is not None:
-        aggregates += checks.aggregates(request.checks, schema)
-    good = good.observe(good_rows, *aggregates)
-    out = (
-        good.repartition(request.files, *request.partition_by)
-        if request.partition_by
-        else (good.repartition(request.files))
-    )
-    writer = out.write.mode("errorifexists")
-    if request.partition_by:
-        writer = writer.partitionBy(*request.partition_by)
-    writer.parquet(staged)
-    bad_count = int(all_rows.get.get("bad") or 0)
-    read_rows = int(all_rows.get.get("rows") or 0)
-    added = int(new_rows.get.get("rows") or 0)
-    counts = dict(good_rows.get) or {"stat:rows": 0}
-    found, missing = manifest.footer_statistics(staged, schema, in_footers)
-    counts.update(found)
-    if missing:  # a footer without the statistic: counted on the written files instead
-        fallback = [
-            aggregate
-            for i, field in enumerate(schema.fields)
-            if field.name in missing
-            for aggregate in manifest.nulls_min_max(i, field)
-        ]
-        counts.update(spark.read.parquet(staged).agg(*fallback).collect()[0].asDict())
+    # The source's checksum, read while Spark writes (a thread: hashlib leaves the GIL).
+    with concurrent.futures.ThreadPoolExecutor(1) as hashing:
+        source = hashing.submit(manifest.source_files, request.src)
+        observed = _write(spark, request, typed, schema, staged, base)
+        files = written.Files.read(staged)
+        stats = written.statistics(spark, files, schema, request.partition_by)
+        counts = dict(stats.counts) | observed.checks
+        described_source = source.result()
     # Read again, with each value's text and file, only when there are bad rows.
+    bad_count, read_rows, added = observed.bad, observed.read, observed.added
     bad = (
         bad_rows.collect(inference.convert(text, schema, options), schema, options)
         if bad_count
@@ -217,9 +219,7 @@ def _write_checked(
         raise IngestError(str(exc)) from exc
     quarantine = bad_rows.write_quarantine(staged, bad) if options.mode == "permissive" else None
     if request.checks is not None:
-        counts.update(
-            checks.unique_counts(request.checks, spark, staged, schema, request.partition_by)
-        )
+        counts.update(checks.unique_counts(request.checks, spark, staged, schema, stats))
         failed = checks.failures(request.checks, counts, lambda: spark.read.parquet(staged))
         if failed:
             say(checks.report(failed))
@@ -245,7 +245,7 @@ def _write_checked(
         "columns": manifest.columns_from(counts, schema),
         "partition_by": list(request.partition_by),
         "files": manifest.data_files(staged),
-        "source": manifest.source_files(request.src),
+        "source": described_source,
         "options": options.summary(),
         "bad_rows": {"mode": options.mode, "count": bad_count, "quarantine": quarantine},
         "dedup": {"on": list(request.dedup_on), "duplicates": duplicates}
@@ -264,6 +264,79 @@ def _write_checked(
     }
     manifest.write(staged, described)
     return Result(target=staged, manifest=described, bad=bad)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Observed:
+    """What the write counted: rows read, bad ones, rows added to the version (after
+    deduplication), and the checks' failures (`check:...` counts)."""
+
+    read: int
+    bad: int
+    added: int
+    checks: dict[str, int]
+
+
+def _write(
+    spark: SparkSession,
+    request: Request,
+    typed: DataFrame,
+    schema: StructType,
+    staged: str,
+    base: appending.Base | None,
+) -> _Observed:
+    """Write the good rows of `typed` (and the base's, when appending) to `staged`."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F  # noqa: N812
+
+    flagged = F.col(inference.BAD_COLUMN)
+    # When the rows written are the good rows read (nothing appended nor deduplicated), the
+    # checks are counted in the one observation that counts the bad rows: one accumulator
+    # per row instead of two.
+    plain = base is None and not request.dedup_on
+    in_read = (
+        checks.aggregates(request.checks, schema, among=~flagged)
+        if plain and request.checks is not None
+        else []
+    )
+    read = Observation("rows")
+    observed = typed.observe(
+        read, F.count(F.lit(1)).alias("rows"), F.count_if(flagged).alias("bad"), *in_read
+    )
+    good = observed.where(~flagged).select(*[F.col(f"`{n}`") for n in schema.fieldNames()])
+    added = Observation("new rows")
+    after: Observation | None = None
+    if not plain:
+        if request.dedup_on:
+            good = appending.first_of_each_key(good, request.dedup_on)
+        if base is not None:
+            existing = appending.read_base(spark, base)
+            if request.dedup_on:
+                good = appending.not_in(good, existing, request.dedup_on)
+            good = existing.unionByName(good.observe(added, F.count(F.lit(1)).alias("rows")))
+        else:
+            good = good.observe(added, F.count(F.lit(1)).alias("rows"))
+        if request.checks is not None:
+            after = Observation("checks")
+            good = good.observe(after, *checks.aggregates(request.checks, schema))
+    out = (
+        good.repartition(request.files, *request.partition_by)
+        if request.partition_by
+        else good.repartition(request.files)
+    )
+    writer = out.write.mode("errorifexists")
+    if request.partition_by:
+        writer = writer.partitionBy(*request.partition_by)
+    writer.parquet(staged)
+    counted = dict(read.get)
+    rows, bad = int(counted.pop("rows", 0) or 0), int(counted.pop("bad", 0) or 0)
+    found = counted if plain else (dict(after.get) if after is not None else {})
+    return _Observed(
+        read=rows,
+        bad=bad,
+        added=rows - bad if plain else int(added.get.get("rows") or 0),
+        checks={k: int(v or 0) for k, v in found.items()},
+    )
 
 
 def read_text(
@@ -299,24 +372,17 @@ def _names(
     options: read_options.ReadOptions,
     declared: StructType | None,
 ) -> list[str]:
-    """Column names: the declared schema's (checked against the header), else the header's
-    (or `_c0`... without one), else those JSON objects use."""
+    """Column names: the declared schema's, else the first file's header (or `_c0`...
+    without one), else those JSON objects use."""
+    if declared is not None:
+        # A header is checked against them by Spark's reader, in every file as it is read
+        # (`ReadOptions.spark_options`: enforceSchema off): no job of its own here.
+        return declared.fieldNames()
     if options.format == "json":
-        if declared is not None:
-            return declared.fieldNames()
         found = spark.read.options(**options.spark_options()).json(src).columns
-        names = [n for n in found if n != read_options.CORRUPT_COLUMN]
     else:
-        header = spark.read.options(**options.spark_options()).csv(src).columns
-        names = [n for n in header if n != read_options.CORRUPT_COLUMN]
-        if declared is not None:
-            if options.has_header and [n.lower() for n in names] != [
-                n.lower() for n in declared.fieldNames()
-            ]:
-                raise IngestError(
-                    f"the schema's columns {declared.fieldNames()} are not the header's {names}"
-                )
-            return declared.fieldNames()
+        found = spark.read.options(**options.spark_options()).csv(src).columns
+    names = [n for n in found if n != read_options.CORRUPT_COLUMN]
     try:
         read_options.check_columns(names)
     except read_options.ReadOptionsError as exc:

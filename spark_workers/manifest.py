@@ -12,13 +12,12 @@
      "bad_rows": {"mode": "permissive", "count": 2, "quarantine": "_quarantine/bad_rows.jsonl"},
      "checks": {...as declared...}}
 
-`min`/`max` are given for numbers, dates (ISO text) and timestamps (text, UTC); `distinct`
-is Spark's `approx_count_distinct` (about 5% relative error). The statistics are observed
-while the rows are written (`ingest`: no pass of their own), but null counts and the min
-and max of integers and dates, which Parquet writes into every column chunk's footer
-anyway: those are read from the footers after the write (`footer_statistics`). The
-manifest is written inside the version before it is made visible (`versions`): a visible
-version always has one.
+`min`/`max` are given for numbers, dates (ISO text) and timestamps (text, UTC). The
+statistics are counted on the files just written (`written.statistics`): with Arrow on the
+driver for a column of at most 256 MiB, `distinct` then exact; by one Spark query otherwise
+(partition columns, larger columns), `distinct` then Spark's `approx_count_distinct` (about
+5% relative error). The manifest is written inside the version before it is made visible
+(`versions`): a visible version always has one.
 """
 
 from __future__ import annotations
@@ -30,127 +29,10 @@ import os
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column
-    from pyspark.sql.types import StructField, StructType
+    from pyspark.sql.types import StructType
 
 FILE_NAME = "_manifest.json"
 FORMAT = 1
-_ORDERED = ("byte", "short", "integer", "long", "float", "double", "decimal", "date")
-#: Types whose Parquet column chunks carry their null count (Spark writes statistics for
-#: every flat column; timestamps are INT96, which carry none: observed instead).
-_FOOTER_NULLS = (
-    "byte",
-    "short",
-    "integer",
-    "long",
-    "float",
-    "double",
-    "decimal",
-    "string",
-    "binary",
-    "boolean",
-    "date",
-)
-#: Types whose footer min and max are Spark's own min and max: signed integers and days.
-#: Floating point is observed (the footers' treatment of NaN and -0.0 is not Spark's), and
-#: so are decimals (stored three ways, by precision).
-_FOOTER_MIN_MAX = ("byte", "short", "integer", "long", "date")
-
-
-def statistics(schema: StructType, *, in_footers: frozenset[str] = frozenset()) -> list[Column]:
-    """Aggregates observed while the rows are written: the row count, and per column its
-    nulls, min and max (but what the Parquet footers will hold for the columns named in
-    `in_footers`: `footer_columns`, read after the write by `footer_statistics`) and its
-    distinct estimate."""
-    from pyspark.sql import functions as F  # noqa: N812
-
-    out = [F.count(F.lit(1)).alias("stat:rows")]
-    for i, field in enumerate(schema.fields):
-        in_footer = field.name in in_footers
-        out += nulls_min_max(
-            i, field, nulls=not in_footer, min_max=not (in_footer and _footer_min_max(field))
-        )
-        out.append(F.approx_count_distinct(F.col(f"`{field.name}`")).alias(f"stat:{i}:distinct"))
-    return out
-
-
-def nulls_min_max(
-    i: int, field: StructField, *, nulls: bool = True, min_max: bool = True
-) -> list[Column]:
-    """Aggregates of column `i`'s nulls and (ordered types only) its min and max."""
-    from pyspark.sql import functions as F  # noqa: N812
-
-    col = F.col(f"`{field.name}`")
-    out = [F.count_if(col.isNull()).alias(f"stat:{i}:nulls")] if nulls else []
-    if not min_max:
-        return out
-    if "timestamp" in field.dataType.typeName():  # as text in the session's zone (UTC)
-        out.append(F.min(col).cast("string").alias(f"stat:{i}:min"))
-        out.append(F.max(col).cast("string").alias(f"stat:{i}:max"))
-    elif field.dataType.typeName() in _ORDERED:
-        out.append(F.min(col).alias(f"stat:{i}:min"))
-        out.append(F.max(col).alias(f"stat:{i}:max"))
-    return out
-
-
-def footer_columns(schema: StructType, partition_by: tuple[str, ...]) -> frozenset[str]:
-    """The columns whose null count (and, for integers and dates, min and max) are read from
-    the Parquet footers the write produces anyway, instead of being observed row by row:
-    every column of a flat type stored in the files (not a partition column)."""
-    return frozenset(
-        f.name
-        for f in schema.fields
-        if f.dataType.typeName() in _FOOTER_NULLS and f.name not in partition_by
-    )
-
-
-def footer_statistics(
-    directory: str, schema: StructType, names: frozenset[str]
-) -> tuple[dict[str, Any], list[str]]:
-    """`stat:<i>:nulls` (and `:min`, `:max` where `footer_columns` says) of the columns
-    `names` from the footers of the Parquet files written to `directory`, and the columns
-    some footer had no such statistic for (to be counted by a query instead)."""
-    import pyarrow.parquet as pq
-
-    wanted = {f.name: (i, f) for i, f in enumerate(schema.fields) if f.name in names}
-    nulls = dict.fromkeys(wanted, 0)
-    lows: dict[str, Any] = {}
-    highs: dict[str, Any] = {}
-    missing: set[str] = set()
-    for entry in data_files(directory):
-        metadata = pq.read_metadata(os.path.join(directory, entry["path"]))
-        index = {metadata.schema.column(j).path: j for j in range(metadata.num_columns)}
-        for name, (_, field) in wanted.items():
-            if name not in index:
-                missing.add(name)
-                continue
-            for group in range(metadata.num_row_groups):
-                chunk = metadata.row_group(group).column(index[name])
-                stats = chunk.statistics
-                if stats is None or not stats.has_null_count:
-                    missing.add(name)
-                    continue
-                nulls[name] += stats.null_count
-                if not _footer_min_max(field) or chunk.num_values == stats.null_count:
-                    continue
-                if not stats.has_min_max:
-                    missing.add(name)
-                    continue
-                lows[name] = stats.min if name not in lows else min(lows[name], stats.min)
-                highs[name] = stats.max if name not in highs else max(highs[name], stats.max)
-    found: dict[str, Any] = {}
-    for name, (i, field) in wanted.items():
-        if name in missing:
-            continue
-        found[f"stat:{i}:nulls"] = nulls[name]
-        if _footer_min_max(field):
-            found[f"stat:{i}:min"] = lows.get(name)
-            found[f"stat:{i}:max"] = highs.get(name)
-    return found, sorted(missing)
-
-
-def _footer_min_max(field: StructField) -> bool:
-    return field.dataType.typeName() in _FOOTER_MIN_MAX
 
 
 def columns_from(counts: dict[str, Any], schema: StructType) -> dict[str, dict[str, Any]]:

@@ -198,7 +198,11 @@ class ReadOptions(pydantic.BaseModel):
                 sep=self.delimiter or ",",
                 quote=self.quote or '"',
                 escape=self.escape or '"',
-                enforceSchema="true",
+                # Every file's header checked against the columns as it is read (the
+                # declared schema's, or the first file's header), case aside; a file with
+                # its columns in another order fails the read instead of being read by
+                # position, each value under another column's name.
+                enforceSchema=str(not self.has_header).lower(),
             )
         else:
             options["primitivesAsString"] = "true"

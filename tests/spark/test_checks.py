@@ -1,6 +1,7 @@
-"""The `unique` check counts the same rows whichever way it runs: on the driver with Arrow
-(a column of at most `checks.ARROW_UNIQUE_BYTES`) or by a Spark grouping query (a larger
-column, a partition column, floating point). Both are compared with pandas on the same rows,
+"""The `unique` check counts the same rows whichever way it runs: from the exact distinct
+count Arrow makes on the driver (`written.statistics`, a column of at most
+`written.ARROW_COLUMN_BYTES`) or by a Spark grouping query (a larger column, a partition
+column, floating point). Both are compared with pandas on the same rows,
 written by Spark as the ingest writes them (several files), with nulls, case, accents in two
 Unicode forms, empty strings, dates, booleans and, for Spark only, -0.0 and NaN.
 """
@@ -9,12 +10,11 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from spark_workers import checks
+from spark_workers import checks, written
 
 DDL = "id INT, code STRING, day DATE, flag BOOLEAN, big BIGINT, x DOUBLE, part STRING"
 NAMES = [column.split()[0] for column in DDL.split(", ")]
@@ -39,7 +39,7 @@ def _rows() -> list[tuple[Any, ...]]:
 
 
 @pytest.fixture(scope="module")
-def written(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Any]:
+def written_files(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Any]:
     path = str(tmp_path_factory.mktemp("unique") / "v1")
     df = spark.createDataFrame(_rows(), DDL)
     df.repartition(3).write.partitionBy("part").parquet(path)
@@ -56,27 +56,36 @@ def _expected(column: str) -> int:
 
 @pytest.mark.parametrize("column", ["id", "code", "day", "flag", "big", "x", "part"])
 def test_unique_counts_agree_with_pandas_either_way(
-    spark: Any, written: tuple[str, Any], column: str, monkeypatch: pytest.MonkeyPatch
+    spark: Any, written_files: tuple[str, Any], column: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    path, schema = written
+    path, schema = written_files
     declared = checks.Checks.model_validate({"columns": {column: {"unique": True}}})
     declared.bind(schema)
     expected = _expected(column)
     assert expected > 0 or column == "id"  # each column but one has repeats to find
 
-    on_driver = checks.unique_counts(declared, spark, path, schema, ("part",))
-    monkeypatch.setattr(checks, "ARROW_UNIQUE_BYTES", 0)
-    by_spark = checks.unique_counts(declared, spark, path, schema, ("part",))
+    def counted() -> dict[str, int]:
+        stats = written.statistics(spark, written.Files.read(path), schema, ("part",))
+        return checks.unique_counts(declared, spark, path, schema, stats)
+
+    on_driver = counted()
+    monkeypatch.setattr(written, "ARROW_COLUMN_BYTES", 0)
+    by_spark = counted()
 
     assert on_driver == by_spark == {"check:0:unique": expected}
 
 
 def test_a_column_over_the_bound_is_left_to_spark(
-    written: tuple[str, Any], monkeypatch: pytest.MonkeyPatch
+    spark: Any, written_files: tuple[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    path, _ = written
-    files = [str(p) for p in Path(path).rglob("*.parquet")]
-    assert checks._arrow_repeats(files, "big") == _expected("big")
-    monkeypatch.setattr(checks, "ARROW_UNIQUE_BYTES", 1_000)
-    assert checks._arrow_repeats(files, "big") is None
-    assert checks._arrow_repeats(files, "no such column") is None
+    path, schema = written_files
+    files = written.Files.read(path)
+    size = files.column_bytes("big")
+    assert size is not None and size > 0
+    assert files.column_bytes("part") is None  # a partition column: in no file
+    assert files.column_bytes("no such column") is None
+    assert "big" in written.statistics(spark, files, schema, ("part",)).exact
+    monkeypatch.setattr(written, "ARROW_COLUMN_BYTES", size - 1)
+    exact = written.statistics(spark, files, schema, ("part",)).exact
+    small = {n for n in NAMES if (files.column_bytes(n) or size) < size}
+    assert "big" not in exact and exact == small and small

@@ -366,6 +366,44 @@ def test_failfast_names_the_file_and_line_and_publishes_nothing(
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".staging")]
 
 
+@pytest.mark.parametrize("declared", [True, False], ids=["declared", "inferred"])
+def test_a_header_unlike_the_schema_names_its_file_and_publishes_nothing(
+    spark: Any, tmp_path: Path, declared: bool
+) -> None:
+    """Two files of flights, the second with two columns swapped in its header (and in its
+    rows): read by position, its departure times would be counted as arrival times. Spark's
+    reader checks every file's header (against the declared schema, or the header of the
+    file it reads first: the largest), so the ingest fails naming the file. The same names
+    in another case pass."""
+    lines = real_data.flights_csv(tmp_path / "all.csv").read_text().splitlines()
+    names = lines[0].split(",")
+    a, b = names.index("dep_time"), names.index("arr_time")
+
+    def swapped(line: str) -> str:
+        fields = line.split(",")
+        fields[a], fields[b] = fields[b], fields[a]
+        return ",".join(fields)
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "1.csv").write_text("\n".join(lines[:40]) + "\n")
+    (src / "2.csv").write_text("\n".join(swapped(line) for line in [lines[0], *lines[40:50]]))
+    schema = ("--schema", FLIGHTS) if declared else ()
+
+    failed = ingest(src, tmp_path / "root", "--name", "f", "--version", "x", *schema)
+
+    assert failed.exit_code == 1
+    assert "CSV header does not conform to the schema" in failed.output
+    assert "2.csv" in failed.output and "dep_time" in failed.output
+    assert not (tmp_path / "root" / "f@x").exists()
+    assert versions.current(str(tmp_path / "root"), "f") is None
+    (src / "2.csv").write_text("\n".join([lines[0].upper(), *lines[40:50]]))
+    passed = ingest(src, tmp_path / "root", "--name", "f", "--version", "y", *schema)
+    assert passed.exit_code == 0, passed.output
+    described = manifest.read(str(tmp_path / "root" / "f@y"))
+    assert described is not None and described["rows"] == 49
+
+
 def test_more_bad_rows_than_allowed_publish_nothing(
     spark: Any, tmp_path: Path, broken: tuple[Path, dict[int, str]]
 ) -> None:

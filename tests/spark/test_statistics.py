@@ -1,9 +1,11 @@
-"""The manifest's statistics read from the Parquet footers (null counts; integers' and dates'
-min and max) equal Spark's own aggregates over the same written rows: every flat type, the
-extremes of each integer width, dates from year 1 to 9999, negative values, a column with
-no value at all, several files, a partitioned layout and an empty dataset. Where a footer
-has no statistics (written without, as another writer may), the column is reported
-missing and the ingest counts it on the written files instead.
+"""The manifest's statistics counted by Arrow on the driver (`written.statistics`) equal
+Spark's own aggregates over the same written files: every flat type an ingest writes, the
+extremes of each integer width, dates and timestamps from year 1 (with a fraction) to 9999,
+NaN, infinities and -0.0, decimals of both storages, a column with no value at all, several
+files, a partitioned layout and an empty dataset. Arrow's distinct counts are exact (equal to
+Python's count of the values); Spark's, an estimate, are within 10% of them. Spark's side is
+the same code path with the driver's bound at 0 (every column counted by Spark): a real
+setting, no stand-in.
 """
 
 from __future__ import annotations
@@ -11,29 +13,34 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from spark_workers import ingest, manifest, read_options
+from spark_workers import ingest, read_options, written
 
 DDL = (
     "b TINYINT, s SMALLINT, i INT, l BIGINT, d DATE, f FLOAT, x DOUBLE, m DECIMAL(10,2),"
-    " w DECIMAL(30,5), t STRING, flag BOOLEAN, raw BINARY, ts TIMESTAMP, none INT, part STRING"
+    " w DECIMAL(30,5), t STRING, flag BOOLEAN, raw BINARY, ts STRING, tn STRING, none INT,"
+    " part STRING"
 )
+PARTITION = 15
 
 
 def _rows() -> list[tuple[Any, ...]]:
     rows: list[tuple[Any, ...]] = [
         (-128, -32768, -(2**31), -(2**63), dt.date(1, 1, 1), -1.5, -0.0, decimal.Decimal("-5.25"),
-         decimal.Decimal("-1e20"), "", False, b"", dt.datetime(1900, 1, 1), None, "p0"),
+         decimal.Decimal("-1e20"), "", False, b"", "0001-01-01 00:00:00.12",
+         "0001-01-01 00:00:00", None, "p0"),
         (127, 32767, 2**31 - 1, 2**63 - 1, dt.date(9999, 12, 31), float("nan"), float("inf"),
          decimal.Decimal("99999999.99"), decimal.Decimal("1e24"), "é", True, b"\xff",
-         dt.datetime(2100, 1, 1), None, "p1"),
-        (None,) * 14 + ("p2",),
+         "9999-12-31 23:59:59.999999", "9999-12-31 23:59:59.5", None, "p1"),
+        (None,) * 15 + ("p2",),
     ]  # fmt: skip
     for n in range(2_000):
+        moment = dt.datetime(2020, 1, 1) + dt.timedelta(minutes=n, microseconds=n * 1_000)
         rows.append(
             (
                 n % 100 - 50,
@@ -45,98 +52,144 @@ def _rows() -> list[tuple[Any, ...]]:
                 -n / 7,
                 decimal.Decimal(n) / 4,
                 decimal.Decimal(n) * 10**15,
-                f"v{n}",
+                f"v{n % 1_500}",
                 n % 2 == 0,
                 bytes([n % 256]),
-                dt.datetime(2020, 1, 1) + dt.timedelta(minutes=n),
+                str(moment),
+                str(moment - dt.timedelta(days=30_000)),
                 None,
                 f"p{n % 3}",
             )
             if n % 11
-            else (None,) * 14 + (f"p{n % 3}",)
+            else (None,) * 15 + (f"p{n % 3}",)
         )
     return rows
 
 
-def _spark_statistics(spark: Any, path: str, schema: Any, names: frozenset[str]) -> dict[str, Any]:
-    aggregates = [
-        aggregate
-        for i, field in enumerate(schema.fields)
-        if field.name in names
-        for aggregate in manifest.nulls_min_max(i, field)
-    ]
-    return dict(spark.read.parquet(path).agg(*aggregates).collect()[0].asDict())
+def _frame(spark: Any, rows: list[tuple[Any, ...]]) -> Any:
+    """Timestamps made by Spark's own cast from text (as an ingest makes them)."""
+    df = spark.createDataFrame(rows, DDL)
+    return df.selectExpr(
+        *[n for n in df.columns if n not in ("ts", "tn", "none", "part")],
+        "CAST(ts AS TIMESTAMP) AS ts",
+        "CAST(tn AS TIMESTAMP_NTZ) AS tn",
+        "none",
+        "part",
+    )
+
+
+def _python_distinct(rows: list[tuple[Any, ...]], column: int) -> int:
+    values = {row[column] for row in rows if row[column] is not None}
+    if any(isinstance(v, float) and math.isnan(v) for v in values):
+        values = {v for v in values if not math.isnan(v)} | {"nan"}
+    return len(values)
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return bool(a == b)
 
 
 @pytest.mark.parametrize("partition_by", [(), ("part",)])
-def test_footer_statistics_equal_sparks_aggregates(
-    spark: Any, tmp_path: Path, partition_by: tuple[str, ...]
+def test_arrow_statistics_equal_sparks_aggregates(
+    spark: Any, tmp_path: Path, partition_by: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    df = spark.createDataFrame(_rows(), DDL)
+    df = _frame(spark, _rows())
     path = str(tmp_path / "v1")
     writer = df.repartition(3).write
     (writer.partitionBy(*partition_by) if partition_by else writer).parquet(path)
-    names = manifest.footer_columns(df.schema, partition_by)
-    assert "ts" not in names and ("part" in names) is not bool(partition_by)
+    files = written.Files.read(path)
+    names = df.schema.fieldNames()
 
-    found, missing = manifest.footer_statistics(path, df.schema, names)
+    by_arrow = written.statistics(spark, files, df.schema, partition_by)
+    monkeypatch.setattr(written, "ARROW_COLUMN_BYTES", 0)
+    by_spark = written.statistics(spark, files, df.schema, partition_by)
 
-    assert missing == []
-    expected = _spark_statistics(spark, path, df.schema, names)
-    assert found == {k: v for k, v in expected.items() if k in found}
-    assert found["stat:2:min"] == -(2**31) and found["stat:4:max"] == dt.date(9999, 12, 31)
-    assert found["stat:13:nulls"] == len(_rows()) and found["stat:13:min"] is None
-    for i, field in enumerate(df.schema.fields):  # every footer column's nulls came from it
-        assert (f"stat:{i}:nulls" in found) is (field.name in names)
-
-
-def test_an_empty_dataset_has_no_min_max_and_no_nulls(spark: Any, tmp_path: Path) -> None:
-    df = spark.createDataFrame([], DDL)
-    path = str(tmp_path / "empty")
-    df.repartition(2).write.parquet(path)
-    names = manifest.footer_columns(df.schema, ())
-
-    found, missing = manifest.footer_statistics(path, df.schema, names)
-
-    assert missing == []
-    expected = _spark_statistics(spark, path, df.schema, names)
-    assert found == {k: v for k, v in expected.items() if k in found}
-    assert found["stat:0:nulls"] == 0 and found["stat:0:min"] is None
-
-
-def test_footers_without_statistics_are_reported_missing(spark: Any, tmp_path: Path) -> None:
-    df = spark.createDataFrame(_rows()[:100], DDL)
-    path = str(tmp_path / "bare")
-    df.write.option("parquet.column.statistics.enabled", "false").parquet(path)
-    names = manifest.footer_columns(df.schema, ())
-
-    found, missing = manifest.footer_statistics(path, df.schema, names)
-
-    assert missing == sorted(names) and found == {}
+    assert by_arrow.exact == set(names) - set(partition_by) and not by_spark.exact
+    assert by_arrow.counts.keys() == by_spark.counts.keys()
+    assert by_arrow.counts["stat:rows"] == len(_rows())
+    for key, value in by_arrow.counts.items():
+        if key.endswith(":distinct"):
+            continue
+        assert _same(value, by_spark.counts[key]), (key, value, by_spark.counts[key])
+    source_columns = {name: i for i, name in enumerate(n.split()[0] for n in DDL.split(", "))}
+    for i, name in enumerate(names):
+        expected = _python_distinct(_rows(), source_columns[name])
+        if name in by_arrow.exact:
+            assert by_arrow.counts[f"stat:{i}:distinct"] == expected, name
+        assert abs(by_spark.counts[f"stat:{i}:distinct"] - expected) <= 0.1 * expected + 1, name
+    stats = by_arrow.counts
+    index = {name: i for i, name in enumerate(names)}
+    assert stats[f"stat:{index['ts']}:min"] == "0001-01-01 00:00:00.12"
+    assert stats[f"stat:{index['ts']}:max"] == "9999-12-31 23:59:59.999999"
+    assert stats[f"stat:{index['tn']}:max"] == "9999-12-31 23:59:59.5"
+    assert math.isnan(stats[f"stat:{index['f']}:max"]) and stats[f"stat:{index['x']}:max"] == (
+        math.inf
+    )
+    assert stats[f"stat:{index['none']}:nulls"] == len(_rows())
+    assert stats[f"stat:{index['none']}:min"] is None
 
 
-def test_an_ingest_counts_what_the_footers_lack_on_the_written_files(
+def test_an_empty_dataset_has_no_min_max_and_no_nulls(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The fallback, forced: every footer taken for one without statistics (a stand-in for
-    the footers another Parquet writer would produce; Spark's own always have them). The
-    manifest's statistics are the same as with the footers read."""
+    df = _frame(spark, [])
+    path = str(tmp_path / "empty")
+    df.repartition(2).write.parquet(path)
+    files = written.Files.read(path)
+
+    by_arrow = written.statistics(spark, files, df.schema, ())
+    monkeypatch.setattr(written, "ARROW_COLUMN_BYTES", 0)
+    by_spark = written.statistics(spark, files, df.schema, ())
+
+    assert by_arrow.counts == by_spark.counts
+    assert by_arrow.counts["stat:rows"] == 0 and by_arrow.counts["stat:0:min"] is None
+
+
+def test_a_timestamp_past_year_9999_is_left_to_spark(spark: Any, tmp_path: Path) -> None:
+    """Python's datetime ends at year 9999, Spark's timestamps do not."""
+    df = spark.sql(
+        "SELECT timestamp_micros(253402300800000000 + id) AS ts, id FROM range(3)"
+    )  # 10000-01-01 00:00:00 UTC and on
+    path = str(tmp_path / "far")
+    df.write.parquet(path)
+
+    found = written.statistics(spark, written.Files.read(path), df.schema, ())
+
+    assert found.exact == {"id"}
+    assert found.counts["stat:0:min"].startswith("+10000-01-01 00:00:00")
+    assert found.counts["stat:1:max"] == 2
+
+
+def test_an_ingest_describes_the_same_columns_whoever_counts(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A whole ingest with the driver's bound at 0 (every column counted by Spark) gives the
+    manifest the same columns as with Arrow, distinct estimates aside."""
     src = tmp_path / "src.csv"
     src.write_text(
-        "a,d,x\n" + "".join(f"{n},2020-01-{n % 28 + 1:02d},{n / 2}\n" for n in range(50)) + "NA,,\n"
+        "a,d,x,t\n"
+        + "".join(
+            f"{n},2020-01-{n % 28 + 1:02d},{n / 2},2020-01-01 00:00:{n % 60:02d}.5\n"
+            for n in range(50)
+        )
+        + "NA,,,\n"
     )
     options = read_options.ReadOptions()
 
     def described(version: str) -> dict[str, Any]:
         request = ingest.Request(str(src), str(tmp_path / "root"), "t", version, options)
-        return ingest.run(spark, request, say=lambda line: None).manifest["columns"]
+        columns = ingest.run(spark, request, say=lambda line: None).manifest["columns"]
+        return dict(json.loads(json.dumps(columns)))
 
-    with_footers = described("v1")
-    monkeypatch.setattr(
-        manifest, "footer_statistics", lambda directory, schema, names: ({}, sorted(names))
-    )
-    without = described("v2")
+    by_arrow = described("v1")
+    monkeypatch.setattr(written, "ARROW_COLUMN_BYTES", 0)
+    by_spark = described("v2")
 
-    assert with_footers == without
-    a = json.loads(json.dumps(with_footers))["a"]
-    assert (a["nulls"], a["min"], a["max"]) == (1, 0, 49)
+    for stats in (by_arrow, by_spark):
+        for column in stats.values():
+            column.pop("distinct")
+    assert by_arrow == by_spark
+    assert (by_arrow["a"]["nulls"], by_arrow["a"]["min"], by_arrow["a"]["max"]) == (1, 0, 49)
+    assert by_arrow["t"]["max"] == "2020-01-01 00:00:49.5"
