@@ -20,13 +20,14 @@ so R's `NA` turns every numeric column with a missing value into text: `max()` t
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import TYPE_CHECKING
 
 from spark_workers import read_options
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
-    from pyspark.sql.types import DataType, StructType
+    from pyspark.sql.types import DataType, StructField, StructType
 
 #: The column holding why a row is bad (null or empty: the row is good).
 REASON_COLUMN = "_bad_reason"
@@ -189,46 +190,17 @@ def convert(
     One `selectExpr` of SQL text: built with Column objects, the plan of 8 columns took
     3,170 calls into the JVM (0.6 s, a fifth of a plain read and write of 1M rows). Every
     literal is `sql_text` and every name `sql_name`: nothing a user gives is SQL syntax."""
-    from pyspark.sql import types as T  # noqa: N812
-
     typed: list[str] = []
     #: (condition, reason) per check of a value, SQL; the row is bad where any holds.
     checks: list[tuple[str, str]] = []
-    checks_encoding = options.charset.startswith("UTF")
     for field in schema.fields:
-        raw = sql_name(field.name)
-        type_name = field.dataType.simpleString()
-        if isinstance(field.dataType, T.StringType):
-            text_markers = options.text_null_values
-            value = (
-                f"CASE WHEN {_in(raw, text_markers)} THEN NULL ELSE {raw} END"
-                if text_markers
-                else raw
-            )
-            typed.append(f"{value} AS {raw}")
-            if checks_encoding:
-                reason = sql_text(f"column {field.name}: not valid {options.charset}")
-                checks.append((f"instr({raw}, {sql_text(_REPLACEMENT)}) > 0", reason))
-            continue
-        parsed = _parse(raw, type_name, options)
-        # A marker that parses (a sentinel) is nulled; one that does not is null already.
-        sentinels = [
-            f"({raw} = {sql_text(m)} AND {_parse(sql_text(m), type_name, options)} IS NOT NULL)"
-            for m in options.null_values
-        ]
-        sentinel = " OR ".join(sentinels) or "false"
-        typed.append(f"CASE WHEN {sentinel} THEN NULL ELSE {parsed} END AS {raw}")
-        failed = f"({parsed} IS NULL AND {raw} IS NOT NULL AND NOT {_in(raw, options.null_values)})"
-        reason = (
-            f"concat({sql_text(f'column {field.name}: ' + chr(39))}, substring({raw}, 1, 40), "
-            f"{sql_text(chr(39) + f' is not a {type_name}')})"
-        )
-        checks.append((failed, reason))
+        value, found = _column(field, sql_name(field.name), options)
+        typed.append(f"{value} AS {sql_name(field.name)}")
+        checks += found
     extra: list[str] = []
     if _has_corrupt(df):
         corrupt = sql_name(read_options.CORRUPT_COLUMN)
-        what = f"not {len(schema.fields)} fields" if options.format == "csv" else "malformed JSON"
-        checks.insert(0, (f"{corrupt} IS NOT NULL", sql_text(f"malformed record ({what})")))
+        checks.insert(0, (f"{corrupt} IS NOT NULL", _malformed(schema, options)))
         if sources:
             extra.append(corrupt)
     bad = " OR ".join(condition for condition, _ in checks) or "false"
@@ -244,6 +216,129 @@ def convert(
         *extra,
         *raws,
     )
+
+
+def _column(
+    field: StructField, raw: str, options: read_options.ReadOptions
+) -> tuple[str, list[tuple[str, str]]]:
+    """Column `field`'s typed value from its text `raw` (SQL), and the (condition, reason)
+    pairs that make its row bad."""
+    from pyspark.sql import types as T  # noqa: N812
+
+    if isinstance(field.dataType, T.StringType):
+        text_markers = options.text_null_values
+        value = (
+            f"CASE WHEN {_in(raw, text_markers)} THEN NULL ELSE {raw} END" if text_markers else raw
+        )
+        if not options.charset.startswith("UTF"):
+            return value, []
+        reason = sql_text(f"column {field.name}: not valid {options.charset}")
+        return value, [(f"instr({raw}, {sql_text(_REPLACEMENT)}) > 0", reason)]
+    type_name = field.dataType.simpleString()
+    parsed = _parse(raw, type_name, options)
+    # A marker that parses (a sentinel) is nulled; one that does not is null already.
+    sentinels = [
+        f"({raw} = {sql_text(m)} AND {_parse(sql_text(m), type_name, options)} IS NOT NULL)"
+        for m in options.null_values
+    ]
+    sentinel = " OR ".join(sentinels) or "false"
+    value = f"CASE WHEN {sentinel} THEN NULL ELSE {parsed} END"
+    failed = f"({parsed} IS NULL AND {raw} IS NOT NULL AND NOT {_in(raw, options.null_values)})"
+    reason = (
+        f"concat({sql_text(f'column {field.name}: ' + chr(39))}, substring({raw}, 1, 40), "
+        f"{sql_text(chr(39) + f' is not a {type_name}')})"
+    )
+    return value, [(failed, reason)]
+
+
+def _malformed(schema: StructType, options: read_options.ReadOptions) -> str:
+    what = f"not {len(schema.fields)} fields" if options.format == "csv" else "malformed JSON"
+    return sql_text(f"malformed record ({what})")
+
+
+#: A missing-value marker Spark's CSV parser could read as a value of these types: their
+#: columns are then left to the text path (which compares the marker's text).
+_INTEGER_LIKE = re.compile(r"[+-]?\d+")
+
+
+def parser_typed(
+    schema: StructType, options: read_options.ReadOptions, *, ascii_digits: bool
+) -> frozenset[str]:
+    """The columns Spark's own CSV parser may type as it reads (`convert_parsed`): those of
+    types for which it accepts no value the text path refuses, and reads every value both
+    accept alike. tests/spark/test_parser_typed.py holds the differential test: integers,
+    floating point and booleans qualify; Java's `parseInt` also takes non-ASCII digits
+    (`٣`, `３`) where Spark's cast does not, so integers qualify only for a source with no
+    such digit (`ascii_digits`). Dates, timestamps and decimals do not (Spark's parser
+    falls back to lenient forms, `2013` a date; decimals parse by locale, `1,000`). A column
+    one of whose markers the parser could read as a value (a sentinel, `-999`, `NaN`) stays
+    on the text path. Not for multi-line records nor other formats."""
+    if options.format != "csv" or options.multiline:
+        return frozenset()
+    markers = [m.strip().lower() for m in options.null_values]
+    typed = set()
+    for field in schema.fields:
+        type_name = field.dataType.typeName()
+        if type_name in ("byte", "short", "integer", "long"):
+            ok = ascii_digits and not any(_INTEGER_LIKE.fullmatch(m) for m in markers)
+        elif type_name in ("float", "double"):
+            ok = not any(re.search(r"\d|nan|inf", m) for m in markers)
+        elif type_name == "boolean":
+            ok = not any(m in ("true", "false") for m in markers)
+        else:
+            ok = False
+        if ok:
+            typed.add(field.name)
+    return frozenset(typed)
+
+
+#: The struct of a flagged row's values as text, parsed again from its raw record.
+TEXT_COLUMN = "_text"
+
+
+def convert_parsed(
+    df: DataFrame, schema: StructType, options: read_options.ReadOptions, typed: frozenset[str]
+) -> DataFrame:
+    """The lean frame of `convert` (typed values and `BAD_COLUMN`), from a CSV read whose
+    `typed` columns Spark's parser typed (`parser_typed`), the others text, with
+    `CORRUPT_COLUMN`. A row the parser could not type (`NA` in a number column, a space
+    around a number, a wrong number of fields) has its raw record in `CORRUPT_COLUMN`: it is
+    parsed again as text (`from_csv`, the reader's options) and converted as `convert` does,
+    so it ends up as it would have on the text path: typed, nulled where a marker is, or
+    bad with the same reason. Most rows of most files never take that path: their numbers
+    are parsed once, by the reader, with no text made for them."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    corrupt = sql_name(read_options.CORRUPT_COLUMN)
+    text_ddl = ", ".join(
+        [f"{sql_name(f.name)} STRING" for f in schema.fields] + [f"{corrupt} STRING"]
+    )
+    csv = options.spark_options()
+    parse_options = {
+        key: csv[key] for key in ("sep", "quote", "escape", "columnNameOfCorruptRecord", "mode")
+    }
+    with_text = df.select(
+        "*", F.from_csv(F.col(corrupt), text_ddl, parse_options).alias(TEXT_COLUMN)
+    )
+    values: list[str] = []
+    good_checks: list[str] = []
+    flagged_checks = [f"{TEXT_COLUMN}.{corrupt} IS NOT NULL"]
+    for field in schema.fields:
+        name = sql_name(field.name)
+        again = f"{TEXT_COLUMN}.{name}"
+        if field.name in typed:
+            value, found = _column(field, again, options)
+            values.append(f"CASE WHEN {corrupt} IS NULL THEN {name} ELSE {value} END AS {name}")
+            flagged_checks += [condition for condition, _ in found]
+            continue
+        raw = f"(CASE WHEN {corrupt} IS NULL THEN {name} ELSE {again} END)"
+        value, found = _column(field, raw, options)
+        values.append(f"{value} AS {name}")
+        good_checks += [condition for condition, _ in found]
+    bad = " OR ".join(
+        [f"({corrupt} IS NOT NULL AND ({' OR '.join(flagged_checks)}))", *good_checks]
+    )
+    return with_text.selectExpr(*values, f"({bad}) AS {BAD_COLUMN}")
 
 
 def raw_columns(schema: StructType) -> list[str]:

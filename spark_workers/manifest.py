@@ -75,29 +75,37 @@ def data_files(directory: str) -> list[dict[str, Any]]:
     return found
 
 
+def source_paths(src: str) -> tuple[str, list[str]] | None:
+    """The files Spark reads for a local source (a file, or a directory's files but hidden
+    ones and `_`-prefixed ones), and the directory they are named relative to; None for a
+    remote source (`s3a://`...)."""
+    if "://" in src and not src.startswith("file://"):
+        return None
+    src = src.removeprefix("file://")
+    if os.path.isfile(src):
+        return os.path.dirname(src), [src]
+    paths = [
+        os.path.join(dirpath, f)
+        for dirpath, dirnames, filenames in os.walk(src)
+        for f in filenames
+        if not f.startswith((".", "_"))
+        and not any(
+            p.startswith((".", "_"))
+            for p in os.path.relpath(dirpath, src).split(os.sep)
+            if p != "."
+        )
+    ]
+    return src, paths
+
+
 def source_files(src: str) -> dict[str, Any]:
     """The source's files with their SHA-256, and one checksum over all of them (by
     relative path and content: the same files anywhere give the same checksum). A remote
     source (`s3a://`...) is named, not read twice: no checksum."""
-    if "://" in src and not src.startswith("file://"):
+    found = source_paths(src)
+    if found is None:
         return {"uri": src, "files": [], "sha256": None}
-    src = src.removeprefix("file://")
-    if os.path.isfile(src):
-        paths = [src]
-        base = os.path.dirname(src)
-    else:
-        base = src
-        paths = [
-            os.path.join(dirpath, f)
-            for dirpath, dirnames, filenames in os.walk(src)
-            for f in filenames
-            if not f.startswith((".", "_"))
-            and not any(
-                p.startswith((".", "_"))
-                for p in os.path.relpath(dirpath, src).split(os.sep)
-                if p != "."
-            )
-        ]
+    base, paths = found
     whole = hashlib.sha256()
     files = []
     for path in sorted(paths):

@@ -1,0 +1,153 @@
+"""Spark's own CSV parser types some columns as it reads (`inference.parser_typed`,
+`convert_parsed`): the written rows must be exactly what the text path makes
+(`inference.convert`), value by value and bad row by bad row. A differential test over
+the values where parsers disagree (spaces around numbers, signs, leading zeros, exponents,
+Java's `1.5d` and hex floats, `NaN`/`Inf` in every spelling, overflow, non-ASCII digits,
+booleans in case and with spaces, markers, wrong field counts, invalid UTF-8) and a real
+dataset with `NA`s; the source scan that keeps integers on the text path when a digit
+other than ASCII's is in the file; and markers that would parse as values (sentinels).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from spark_workers import inference, ingest, manifest, read_options
+from tests.spark import real_data
+
+EDGES = [
+    "3", "+3", "-3", " 3", "3 ", "3\t", "007", "-0", "3.0", "1e3", "0x10", "1_000", "1,000",
+    "2147483648", "9223372036854775808", "-129", "40000", "\u00a03", "\u22123", "1.5", "1.5d",
+    "1.5f", "0x1p3", "NaN", "nan", "Inf", "-Inf", "+Inf", "Infinity", "inf", "-infinity",
+    " 1.5", "1.5 ", "1e309", "1e-400", "1,5", ".5", "5.", "+.5", "1e", "--1", "true", "TRUE",
+    " true", "False", "t", "1", "yes", "", "NA", "N/A", "NULL", "null", "\\N", "na", "1L",
+]  # fmt: skip
+TYPES = ["INT", "BIGINT", "SMALLINT", "TINYINT", "DOUBLE", "FLOAT", "BOOLEAN", "STRING"]
+DDL = "n INT, " + ", ".join(f"c{i} {t}" for i, t in enumerate(TYPES))
+GOOD = ["1", "1", "1", "1", "1.5", "1.5", "true", "x"]
+
+
+def _write_edges(path: Path) -> None:
+    """One row per (edge value, column): the value in that column, good values around it;
+    then rows with a field too many or too few, and one with invalid UTF-8."""
+    lines = ["n," + ",".join(f"c{i}" for i in range(len(TYPES)))]
+    n = 0
+    for value in EDGES:
+        quoted = '"' + value.replace('"', '""') + '"' if "," in value else value
+        for column in range(len(TYPES)):
+            fields = list(GOOD)
+            fields[column] = quoted
+            lines.append(f"{n}," + ",".join(fields))
+            n += 1
+    lines.append(f"{n}," + ",".join(GOOD) + ",extra")
+    lines.append(f"{n + 1}," + ",".join(GOOD[:-1]))
+    data = ("\n".join(lines) + "\n").encode()
+    path.write_bytes(data + f"{n + 2},1,1,1,1,1.5,1.5,true,".encode() + b"\xff\xfe\n")
+
+
+def _rows(df: Any) -> list[tuple[Any, ...]]:
+    def plain(value: Any) -> Any:
+        return "NaN" if isinstance(value, float) and math.isnan(value) else value
+
+    return sorted(
+        (tuple(plain(v) for v in row) for row in df.collect()),
+        key=lambda row: (row[0] is None, row[0] if row[0] is not None else -1, repr(row)),
+    )
+
+
+def _both_ways(
+    spark: Any, src: Path, schema: Any, options: read_options.ReadOptions
+) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], frozenset[str]]:
+    """The rows by the text path, the rows as the ingest makes them, and the columns the
+    parser typed there."""
+    text, _ = ingest.read_text(spark, str(src), options, schema)
+    by_text = inference.convert(text, schema, options, sources=False)
+    ascii_digits = ingest._no_other_digits(str(src), options)
+    typed = inference.parser_typed(schema, options, ascii_digits=ascii_digits)
+    parsed = ingest._typed(spark, str(src), options, schema, text)
+    return _rows(by_text), _rows(parsed), typed
+
+
+def test_the_parser_types_what_the_text_path_types_value_by_value(
+    spark: Any, tmp_path: Path
+) -> None:
+    src = tmp_path / "edges.csv"
+    _write_edges(src)
+    options = read_options.ReadOptions(schema_ddl=DDL)
+    schema = read_options.parse_schema(spark, DDL)
+
+    by_text, by_parser, typed = _both_ways(spark, src, schema, options)
+
+    assert typed == {"n", "c0", "c1", "c2", "c3", "c4", "c5", "c6"}  # the parser was used
+    assert len(by_text) == len(EDGES) * len(TYPES) + 3
+    assert by_parser == by_text
+    bad = [row for row in by_text if row[-1]]
+    assert 0 < len(bad) < len(by_text)  # both sides had bad rows and good ones to agree on
+
+
+def test_a_digit_other_than_asciis_keeps_integers_on_the_text_path(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Java's `parseInt` reads `٣` and `３` as 3; Spark's cast, and so the text path, refuses
+    them (a bad row). The source scan finds such a digit anywhere in the file, in UTF-8 and
+    in UTF-16, and the integers are then read as text: the same rows either way."""
+    options = read_options.ReadOptions(schema_ddl="a INT, b DOUBLE, t STRING")
+    schema = read_options.parse_schema(spark, "a INT, b DOUBLE, t STRING")
+    for digit in ("\u0663", "\uff13", "\u0969"):  # Arabic-Indic, fullwidth, Devanagari
+        src = tmp_path / f"digits-{ord(digit)}.csv"
+        src.write_text(f"a,b,t\n1,1.5,x\n{digit},2.5,y\n3,3.5,caf\u00e9\n", encoding="utf-8")
+        assert not ingest._no_other_digits(str(src), options)
+        by_text, by_parser, typed = _both_ways(spark, src, schema, options)
+        assert typed == {"b"} and by_parser == by_text
+        assert [(row[0], row[-1]) for row in by_text] == [(1, False), (3, False), (None, True)]
+    plain = tmp_path / "plain.csv"
+    plain.write_text("a,b,t\n1,1.5,caf\u00e9\n", encoding="utf-8")
+    assert ingest._no_other_digits(str(plain), options)  # non-ASCII text, no other digit
+    wide = tmp_path / "wide.csv"
+    wide.write_text("a,b,t\n\u0663,1.5,x\n", encoding="utf-16")
+    utf16 = read_options.ReadOptions(schema_ddl="a INT, b DOUBLE, t STRING", encoding="utf-16")
+    assert not ingest._no_other_digits(str(wide), utf16)
+
+
+def test_a_marker_the_parser_could_read_keeps_its_columns_on_the_text_path(
+    spark: Any, tmp_path: Path
+) -> None:
+    schema = read_options.parse_schema(spark, "a INT, b DOUBLE, c BOOLEAN")
+    sentinels = read_options.ReadOptions(null_values=("-999", "NaN", "FALSE", "NA"))
+    assert inference.parser_typed(schema, sentinels, ascii_digits=True) == frozenset()
+    words = read_options.ReadOptions(null_values=("NA", "missing"))
+    assert inference.parser_typed(schema, words, ascii_digits=True) == {"a", "b", "c"}
+    src = tmp_path / "s.csv"
+    src.write_text("a,b,c\n-999,NaN,FALSE\n1,2.5,true\nNA,missing,NA\n")
+    for options in (sentinels, words):
+        by_text, by_parser, _ = _both_ways(spark, src, schema, options)
+        assert by_parser == by_text
+    by_text, _, _ = _both_ways(spark, src, schema, sentinels)
+    # The sentinels nulled; `missing` is no marker there: a bad row.
+    assert sorted(by_text, key=repr) == [
+        (1, 2.5, True, False),
+        (None, None, None, False),
+        (None, None, None, True),
+    ]
+
+
+def test_real_flights_with_nas_are_the_same_rows_either_way(spark: Any, tmp_path: Path) -> None:
+    src = real_data.flights_csv(tmp_path / "flights.csv")
+    ddl = (
+        "year INT, month INT, day INT, dep_time INT, sched_dep_time INT, dep_delay DOUBLE,"
+        " arr_time INT, sched_arr_time INT, arr_delay DOUBLE, carrier STRING, flight INT,"
+        " tailnum STRING, origin STRING, dest STRING, air_time DOUBLE, distance DOUBLE,"
+        " hour INT, minute INT, time_hour TIMESTAMP"
+    )
+    options = read_options.ReadOptions(schema_ddl=ddl)
+    schema = read_options.parse_schema(spark, ddl)
+    assert manifest.source_paths(str(src)) is not None
+
+    by_text, by_parser, typed = _both_ways(spark, src, schema, options)
+
+    assert "dep_time" in typed and "time_hour" not in typed
+    assert by_parser == by_text
+    nulls = sum(1 for row in by_text if row[3] is None)
+    assert nulls > 0  # the NAs of dep_time were met, and nulled the same way
