@@ -203,9 +203,11 @@ def convert(
         checks.insert(0, (f"{corrupt} IS NOT NULL", _malformed(schema, options)))
         if sources:
             extra.append(corrupt)
-    bad = " OR ".join(condition for condition, _ in checks) or "false"
+    # The flag is never null (rows are kept where it is false): any condition true makes it
+    # true, none makes it false, whatever a condition's nulls.
+    bad = f"coalesce({' OR '.join(condition for condition, _ in checks) or 'false'}, false)"
     if not sources:
-        return df.selectExpr(*typed, f"({bad}) AS {BAD_COLUMN}")
+        return df.selectExpr(*typed, f"{bad} AS {BAD_COLUMN}")
     reasons = ", ".join(f"CASE WHEN {condition} THEN {text} END" for condition, text in checks)
     reason = f"CASE WHEN {bad} THEN concat_ws('; ', {reasons}) ELSE '' END" if checks else "''"
     raws = [f"{sql_name(f.name)} AS _raw_{i}" for i, f in enumerate(schema.fields)]
@@ -233,7 +235,10 @@ def _column(
         if not options.charset.startswith("UTF"):
             return value, []
         reason = sql_text(f"column {field.name}: not valid {options.charset}")
-        return value, [(f"instr({raw}, {sql_text(_REPLACEMENT)}) > 0", reason)]
+        # Null-safe: a missing value (an empty field) is no encoding error (`NULL > 0` is
+        # null, and a null flag once made a row with an empty text field vanish: neither
+        # written nor counted as bad).
+        return value, [(f"coalesce(instr({raw}, {sql_text(_REPLACEMENT)}) > 0, false)", reason)]
     type_name = field.dataType.simpleString()
     parsed = _parse(raw, type_name, options)
     # A marker that parses (a sentinel) is nulled; one that does not is null already.
@@ -338,7 +343,7 @@ def convert_parsed(
     bad = " OR ".join(
         [f"({corrupt} IS NOT NULL AND ({' OR '.join(flagged_checks)}))", *good_checks]
     )
-    return with_text.selectExpr(*values, f"({bad}) AS {BAD_COLUMN}")
+    return with_text.selectExpr(*values, f"coalesce({bad}, false) AS {BAD_COLUMN}")
 
 
 def raw_columns(schema: StructType) -> list[str]:

@@ -366,6 +366,35 @@ def test_failfast_names_the_file_and_line_and_publishes_nothing(
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".staging")]
 
 
+@pytest.mark.parametrize("how", ["inferred", "declared", "json"])
+def test_a_missing_text_value_is_a_null_not_a_lost_row(
+    spark: Any, tmp_path: Path, how: str
+) -> None:
+    """An empty field (or an absent JSON key) in a text column is a null. Its row used to
+    vanish: the encoding check of a null text was null, and so was the row's bad-row flag,
+    so the row was neither written nor counted as bad (a silent loss, every UTF ingest)."""
+    if how == "json":
+        src = tmp_path / "n.json"
+        src.write_text('{"a": 1, "s": "x"}\n{"a": 2}\n{"a": 3, "s": null}\n{"a": 4, "s": ""}\n')
+        args: tuple[str, ...] = ("--format", "json")
+    else:
+        src = tmp_path / "n.csv"
+        src.write_text("a,s,t\n1,x,u\n2,,v\n3,y,\n4,,\n")
+        args = ("--schema", "a INT, s STRING, t STRING") if how == "declared" else ()
+
+    result = ingest(src, tmp_path / "root", "--name", "n", "--version", "v", *args)
+
+    assert result.exit_code == 0, result.output
+    described = manifest.read(str(tmp_path / "root" / "n@v"))
+    assert described is not None
+    assert described["rows"] == 4 and described["bad_rows"]["count"] == 0
+    written = spark.read.parquet(str(tmp_path / "root" / "n@v"))
+    assert sorted(row["a"] for row in written.collect()) == [1, 2, 3, 4]
+    missing = written.where("s IS NULL").count()
+    assert missing == 2  # CSV: the two empty fields; JSON: the absent key and the null
+    assert described["columns"]["s"]["nulls"] == missing
+
+
 @pytest.mark.parametrize("declared", [True, False], ids=["declared", "inferred"])
 def test_a_header_unlike_the_schema_names_its_file_and_publishes_nothing(
     spark: Any, tmp_path: Path, declared: bool
