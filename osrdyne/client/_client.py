@@ -96,6 +96,9 @@ class _Call:
         self.error: BaseException | None = None
         #: The final response has arrived (anything later is a late reply).
         self.answered = False
+        #: The last refusal of its publish (a negative confirm...): what the call ends with
+        #: when its deadline comes while it is published again.
+        self.refused: exceptions.RequestRefused | None = None
         self._calls = calls
         self._release = release
         self._deadline = time.monotonic() + timeout
@@ -356,6 +359,12 @@ class Client:
             async with asyncio.timeout(max(0.0, call.time_left)):
                 await self._send(call, body, headers)
         except TimeoutError:
+            if call.refused is not None:
+                # Refused until its deadline, which came while it was published again (a
+                # pause, or a try still waiting for its confirm): the refusal is the answer.
+                raise exceptions.RequestRefused(
+                    f"{call.refused} (published again until the call's deadline, {call.timeout}s)"
+                ) from call.refused
             raise exceptions.RequestTimeout(
                 f"request to pool {call.pool!r} key {call.key!r} not published within "
                 f"{call.timeout}s"
@@ -420,7 +429,8 @@ class Client:
                 call.channel = await self._channel.acquire()
                 try:
                     await self._publish_on(call.channel, call.pool, call.key, data, properties)
-                except exceptions.RequestRefused:
+                except exceptions.RequestRefused as exc:
+                    call.refused = exc
                     await self._channel.renew(call.channel)
                     raise
 
