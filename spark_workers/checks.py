@@ -30,11 +30,11 @@ from typing import TYPE_CHECKING, Any
 
 import pydantic
 
+from spark_workers import written
+
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import StructType
-
-    from spark_workers.written import Statistics
 
 MAX_ALLOWED = 1_000
 #: Spark types whose exact distinct count by Arrow (`written.statistics`) is Spark's
@@ -112,7 +112,7 @@ class Checks(pydantic.BaseModel):
         for name, column in self.columns.items():
             if name not in types:
                 raise ChecksError(f"checks name column {name!r}, not in {sorted(types)}")
-            ordered = types[name] in _ORDERED
+            ordered = types[name] in written.ORDERED
             if (column.min is not None or column.max is not None) and not ordered:
                 raise ChecksError(f"column {name!r} is {types[name]}: no min/max check on it")
             values = [v for v in (column.min, column.max, *(column.allowed or ())) if v is not None]
@@ -141,12 +141,6 @@ def _fits(value: Scalar, type_name: str) -> bool:
     if type_name in ("byte", "short", "integer", "long"):
         return isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2**63
     return type_name == "boolean" and isinstance(value, bool)
-
-
-_ORDERED = {
-    "byte", "short", "integer", "long", "float", "double", "decimal", "date", "timestamp",
-    "timestamp_ntz",
-}  # fmt: skip
 
 
 @dataclasses.dataclass
@@ -192,7 +186,7 @@ def unique_counts(
     spark: SparkSession,
     directory: str,
     schema: StructType,
-    stats: Statistics,
+    stats: written.Statistics,
 ) -> dict[str, int]:
     """Rows beyond the first of each repeated value, per `unique` column (nulls aside), in
     the Parquet files written to `directory`: the rows present less the distinct values
@@ -213,8 +207,8 @@ def unique_counts(
             out[f"check:{i}:unique"] = int(present - stats.counts[f"stat:{j}:distinct"])
             continue
         col = F.col(f"`{name}`")
-        written = spark.read.schema(schema).parquet(directory)
-        repeated = written.where(col.isNotNull()).groupBy(col).count().where("count > 1")
+        rows = spark.read.schema(schema).parquet(directory)
+        repeated = rows.where(col.isNotNull()).groupBy(col).count().where("count > 1")
         row = repeated.agg(F.sum(F.col("count") - 1).alias("extra")).collect()[0]
         out[f"check:{i}:unique"] = int(row["extra"] or 0)
     return out
