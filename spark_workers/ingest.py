@@ -290,21 +290,21 @@ def _write(
     from pyspark.sql import Observation
     from pyspark.sql import functions as F  # noqa: N812
 
-    flagged = F.col(inference.BAD_COLUMN)
+    flag = inference.sql_name(inference.BAD_COLUMN)
     # When the rows written are the good rows read (nothing appended nor deduplicated), the
     # checks are counted in the one observation that counts the bad rows: one accumulator
     # per row instead of two.
     plain = base is None and not request.dedup_on
     in_read = (
-        checks.aggregates(request.checks, schema, among=~flagged)
+        checks.aggregates(request.checks, schema, among=f"NOT {flag}")
         if plain and request.checks is not None
         else []
     )
     read = Observation("rows")
     observed = typed.observe(
-        read, F.count(F.lit(1)).alias("rows"), F.count_if(flagged).alias("bad"), *in_read
+        read, F.expr("count(1) AS rows"), F.expr(f"count_if({flag}) AS bad"), *in_read
     )
-    good = observed.where(~flagged).select(*[F.col(f"`{n}`") for n in schema.fieldNames()])
+    good = observed.where(f"NOT {flag}").drop(inference.BAD_COLUMN)
     added = Observation("new rows")
     after: Observation | None = None
     if not plain:

@@ -151,3 +151,36 @@ def test_real_flights_with_nas_are_the_same_rows_either_way(spark: Any, tmp_path
     assert by_parser == by_text
     nulls = sum(1 for row in by_text if row[3] is None)
     assert nulls > 0  # the NAs of dep_time were met, and nulled the same way
+
+
+MARKER_EDGES = [
+    *EDGES, "n/a", "none", "-", "--", ".", "?", "missing", "-999", "9999", "#N/A", "NaN%",
+    "epoch", "now", "today", "Jan", "T", "Z", "2013", "2013-01-01", "0001-01-01 00:00:00",
+    "１２", "٣", "\u00a0", "infinite", "true-ish", "FALSE!", "None", "nil", "N", "Y",
+]  # fmt: skip
+MARKER_TYPES = [
+    "tinyint", "smallint", "int", "bigint", "float", "double", "decimal(10,2)", "date",
+    "timestamp", "timestamp_ntz", "boolean",
+]  # fmt: skip
+
+
+def test_a_marker_left_out_of_the_plan_never_parses(spark: Any) -> None:
+    """`_may_parse` leaves a missing-value marker out of a column's sentinel test only where
+    Spark's own parse of it is null, for every type, default formats and custom ones."""
+    for options in (
+        read_options.ReadOptions(),
+        read_options.ReadOptions(date_format="yyyy/MM/dd", timestamp_format="dd MMM yyyy HH:mm"),
+    ):
+        pairs = [
+            (marker, type_name)
+            for marker in MARKER_EDGES
+            for type_name in MARKER_TYPES
+            if not inference._may_parse(marker, type_name, options)
+        ]
+        assert len(pairs) > len(MARKER_TYPES) * 5  # the filter does leave markers out
+        tests = ", ".join(
+            f"{inference._parse(inference.sql_text(m), t, options)} IS NOT NULL" for m, t in pairs
+        )
+        row = spark.sql(f"SELECT array({tests})").collect()[0][0]
+        parsed = [pair for pair, parses in zip(pairs, row, strict=True) if parses]
+        assert parsed == []
