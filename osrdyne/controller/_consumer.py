@@ -128,9 +128,15 @@ class QueueConsumer:
             self._failures.pop(_fingerprint(message), None)
 
     async def _failed(self, message: aio_pika.abc.AbstractIncomingMessage, exc: Exception) -> None:
-        if message.processed or self.channel.is_closed:
-            # Acked already, or the channel is gone: the broker redelivers what is unacked.
+        if message.processed:
             logger.warning("%s: a message failed after its ack: %r", self.queue_name, exc)
+            return
+        if self.channel.is_closed:
+            logger.warning(
+                "%s: a message failed and its channel is closed: the broker redelivers it: %r",
+                self.queue_name,
+                exc,
+            )
             return
         fingerprint = _fingerprint(message)
         attempts = self._failures.pop(fingerprint, 0) + 1

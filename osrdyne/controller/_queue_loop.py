@@ -12,10 +12,22 @@ A quorum request queue with no leader while its members are all online is looked
 `queues.leaderless_after` seconds apart, and deleted and declared again if it still has none:
 RabbitMQ 3.x never elects a leader for a quorum queue declared just before its node crashed
 (its only Raft members stay followers at term 0: rabbitmq-server#10070, #13828), and such a
-queue confirms no publish and takes no consumer, for ever. It can hold nothing (no leader ever
-appended to its log). A queue is suspected when a listing shows it without statistics (a
+queue confirms no publish and takes no consumer, for ever. It holds nothing: either no leader
+ever appended to its log, or (RabbitMQ 3.10.8, rabbitmq-server#15725) its member came back
+from the crash as a new, empty one, what its first leader had confirmed lost in the broker
+(docs/reliability.md). A queue is suspected when a listing shows it without statistics (a
 queue's statistics come from its leader) and when a forward to it is not confirmed in time
 (`suspect`).
+
+What the loop publishes says a key's queue is bound (ready for forwarded orphans) only while
+it is: a key is withdrawn at once (`_withdraw`) when its queue is unbound or deleted while its
+group stays Active (a leaderless queue's deletion, someone else's deletion or unbinding), not
+at the end of the pass. Else the orphan processor would forward the key's requests into the
+unbound queue, which the alternate exchange sends straight back to the orphans, in a loop,
+for as long as the pass lasts (the broker holds a leaderless queue's deletion 5 s: hundreds
+of forwards of one request). The loop's own unbinding and deletion of a group that is no
+longer Active need no such care: an orphan makes its group Active again, at a generation
+past the one the pass publishes, and waits for it.
 """
 
 from __future__ import annotations
@@ -152,6 +164,9 @@ class RequestQueueLoop:
         #: Keys whose queue a broker event says was deleted (True) or unbound (False) by
         #: someone else: repaired on the next pass without listing every queue.
         self._repairs: dict[str, bool] = {}
+        #: The same keys from the moment their event is heard until a pass repairs them:
+        #: published as deleted (True) or unbound meanwhile (`_published`).
+        self._heard: dict[str, bool] = {}
         #: Keys whose queue's deletion was heard and waits out the grace (how many times).
         self._deletions: collections.Counter[str] = collections.Counter()
         #: Broker events that needed a full listing (a name this loop could not place).
@@ -185,7 +200,7 @@ class RequestQueueLoop:
                 self.reached.set(
                     QueuesReached(
                         target.generation,
-                        types.MappingProxyType(dict(actual)),
+                        types.MappingProxyType(self._published(actual)),
                         types.MappingProxyType(errors),
                     )
                 )
@@ -249,6 +264,9 @@ class RequestQueueLoop:
             # before the queue itself, and binding a queue that is gone fails.
             if deleted:
                 self._deletions[key] += 1
+            # Not bound from now on, for the orphan processor, though repaired only later.
+            self._heard[key] = self._heard.get(key, False) or deleted
+            self._withdraw(key, gone=deleted)
             asyncio.get_running_loop().call_later(_DELETED_GRACE, self._repair_later, key, deleted)
 
     def _repair_later(self, key: str, deleted: bool) -> None:
@@ -280,10 +298,38 @@ class RequestQueueLoop:
         unbound one is unbound, so the next pass declares or binds it again."""
         repairs, self._repairs = self._repairs, {}
         for key, deleted in repairs.items():
+            self._heard.pop(key, None)
             if deleted:
                 actual.pop(key, None)
             elif actual.get(key) is GroupStatus.ACTIVE:
                 actual[key] = GroupStatus.UNBOUND
+
+    def _withdraw(self, key: str, *, gone: bool = False) -> None:
+        """Publish at once that `key`'s queue is no longer bound (`gone`: no longer exists),
+        before the pass ends: the orphan processor then holds the key's requests until a pass
+        binds its queue again, instead of forwarding them into a queue that sends them back
+        to the orphans. The generation stays; the pass's end publishes all it reached."""
+        reached = self.reached.value
+        if reached.actual.get(key) is not GroupStatus.ACTIVE:
+            return
+        actual = dict(reached.actual)
+        if gone:
+            del actual[key]
+        else:
+            actual[key] = GroupStatus.UNBOUND
+        self.reached.set(dataclasses.replace(reached, actual=types.MappingProxyType(actual)))
+
+    def _published(self, actual: Mapping[str, GroupStatus]) -> dict[str, GroupStatus]:
+        """What to publish of `actual`: the queues broker events said others deleted or
+        unbound stay so until a pass repairs them (a pass within the repair's grace, for
+        another key, must not say them bound again)."""
+        published = dict(actual)
+        for key, gone in self._heard.items():
+            if gone:
+                published.pop(key, None)
+            elif published.get(key) is GroupStatus.ACTIVE:
+                published[key] = GroupStatus.UNBOUND
+        return published
 
     def _mine(self, name: str) -> None:
         """This loop deletes or unbinds `name` now (forgotten after `_OWN_EVENTS_FOR`)."""
@@ -374,10 +420,12 @@ class RequestQueueLoop:
     async def _delete_leaderless(
         self, key: str, name: str, actual: dict[str, GroupStatus], first: float
     ) -> None:
-        """Unbind `key`'s queue (what is published meanwhile goes to the orphans), and delete
-        it unless the broker counts a request or a consumer in it (then it has a leader after
-        all: the statistics were late, and the next pass binds it again)."""
+        """Unbind `key`'s queue (what is published meanwhile goes to the orphans, which hold
+        it: the key is withdrawn first), and delete it unless the broker counts a request or
+        a consumer in it (then it has a leader after all: the statistics were late, and the
+        next pass, at once, binds it again)."""
         self._mine(name)
+        self._withdraw(key)
         async with self._channels.channel() as channel:
             queue = await channel.get_queue(name, ensure=False)
             await queue.unbind(self._names.request_exchange, routing_key=key)
@@ -392,6 +440,7 @@ class RequestQueueLoop:
                 counted.consumer_count,
                 extra=logs.fields(pool=self._names.pool, key=key),
             )
+            self._poked.set()
             return
         await self._api.delete_queue(name)
         actual.pop(key, None)
