@@ -208,6 +208,7 @@ async def test_a_stopped_worker_releases_its_data(
     )
 
 
+@pytest.mark.timeout(480)  # a server restart took 100 s in a loaded CI run
 async def test_the_server_restarting_loses_no_request(
     pool: str,
     make_controller: Callable[..., Awaitable[Any]],
@@ -227,7 +228,11 @@ async def test_the_server_restarting_loses_no_request(
     # A session opened while the server is down is usable once it is back (what a worker
     # restarted during the outage does), its checkpoints included.
     waiting = asyncio.create_task(
-        asyncio.to_thread(connect.build_remote_session, SparkWorkerSettings(remote=connect_url))
+        asyncio.to_thread(
+            connect.build_remote_session,
+            # A loaded 2-core machine (a CI run) took 100 s to start the server again.
+            SparkWorkerSettings(remote=connect_url, connect_timeout=300),
+        )
     )
     calls = [
         asyncio.create_task(client.call(pool, key, body, timeout=240))

@@ -29,7 +29,8 @@ from tests.spark_connect.conftest import remote_mode_restored
 from worker_sdk import HandlerError
 
 pytestmark = [
-    pytest.mark.timeout(120),
+    # The first test carries the Connect server's start: 85 s in a loaded CI run.
+    pytest.mark.timeout(300),
     pytest.mark.filterwarnings("ignore::DeprecationWarning:py4j.*"),
 ]
 
