@@ -40,6 +40,17 @@ from tests.waiting import eventually
 pytestmark = pytest.mark.timeout(120)
 
 
+async def _warm(session: Any, key: str) -> None:
+    """Start `key`'s group and wait until the loop publishes its queue as bound."""
+    generation = session.warm(key, by="test")
+    await asyncio.wait_for(
+        session.queue_loop.reached.wait_for(
+            lambda r: r.generation >= generation and r.actual.get(key) is GroupStatus.ACTIVE
+        ),
+        60,
+    )
+
+
 async def test_an_orphan_during_a_leaderless_delete_is_held_then_forwarded_once(
     pool: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -55,13 +66,7 @@ async def test_an_orphan_during_a_leaderless_delete_is_held_then_forwarded_once(
         session = controller.session
         assert session is not None
         loop, reached = session.queue_loop, session.queue_loop.reached
-        generation = session.warm(key, by="test")
-        await asyncio.wait_for(
-            reached.wait_for(
-                lambda r: r.generation >= generation and r.actual.get(key) is GroupStatus.ACTIVE
-            ),
-            60,
-        )
+        await _warm(session, key)
 
         # The management API shows the key's queue without a leader until it is deleted, and
         # the broker's delete waits for the test.
@@ -129,16 +134,10 @@ async def test_an_orphan_after_someone_else_unbinds_the_queue_is_forwarded_once(
     ) as controller:
         session = controller.session
         assert session is not None
-        loop, reached = session.queue_loop, session.queue_loop.reached
+        loop = session.queue_loop
         if not loop.events_heard:
             pytest.skip("the broker's event exchange (rabbitmq_event_exchange) is not enabled")
-        generation = session.warm(key, by="test")
-        await asyncio.wait_for(
-            reached.wait_for(
-                lambda r: r.generation >= generation and r.actual.get(key) is GroupStatus.ACTIVE
-            ),
-            60,
-        )
+        await _warm(session, key)
         heard = loop.pokes
         async with raw_connection(broker.AMQP_URL) as connection:
             channel = await connection.channel()
