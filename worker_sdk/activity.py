@@ -115,9 +115,14 @@ class ActivityReporter:
             await self._send_quietly(Event.LOADING)
 
     async def run(self) -> None:
-        """Flush folded reports once per interval while there is activity."""
+        """Flush folded reports once per interval while there is activity, an interval after
+        the last report (a request's own report included: two reports a few ms apart give
+        the controller a busy share of one request over those ms)."""
         while True:
-            await asyncio.sleep(self._interval)
+            due = self._last_sent + self._interval - time.monotonic()
+            await asyncio.sleep(due if due > 0 else self._interval)
+            if time.monotonic() - self._last_sent < self._interval:
+                continue  # a report went out meanwhile: the next one an interval after it
             if self._pending or self._in_flight > 0 or self._reported_busy:
                 self._spawn()
 

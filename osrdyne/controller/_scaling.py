@@ -163,14 +163,27 @@ class RateEstimator:
 
     A worker's report carries how many requests it finished and how many slot-seconds it
     was busy since it started (docs/protocol.md): their ratio between two reports is its
-    service rate, the busy seconds over the elapsed time its busy share. The arrival rate is
-    what the group finished plus what its backlog grew, over the last `horizon` seconds.
+    service rate, the busy seconds over the elapsed time (`busy_span` at least) its busy
+    share. The arrival rate is what the group finished plus what its backlog grew, over the
+    last `horizon` seconds.
     """
 
     def __init__(
-        self, *, horizon: float = 5.0, stale_after: float = 15.0, held_for: float = 6.0
+        self,
+        *,
+        horizon: float = 5.0,
+        stale_after: float = 15.0,
+        held_for: float = 6.0,
+        busy_span: float = 1.0,
     ) -> None:
         self._horizon = horizon
+        #: The shortest time a busy share is measured over: a report can follow the one
+        #: before by a few ms (a quiet worker reports a request as it arrives, then on its
+        #: interval's tick), and one 50 ms request over 60 ms is no busy worker.
+        self._busy_span = busy_span
+        #: (time, busy seconds) of each worker's reports, back to the newest one at least
+        #: `busy_span` old: where its busy share is measured from.
+        self._marks: dict[str, collections.deque[tuple[float, float]]] = {}
         #: A worker silent this long is idle (workers report while busy).
         self._stale_after = stale_after
         #: ... and holds nothing after this long (each report says what it holds then).
@@ -202,25 +215,35 @@ class RateEstimator:
         self._workers[worker] = current
         if previous is not None and now > previous.at:
             current.interval = now - previous.at
+        marks = self._marks.setdefault(worker, collections.deque())
         if previous is None or current.handled < previous.handled:
-            return  # first report, or a restarted worker whose counters began again
+            # First report, or a restarted worker whose counters began again.
+            marks.clear()
+            marks.append((now, current.busy_seconds))
+            return
         handled = current.handled - previous.handled
         busy = current.busy_seconds - previous.busy_seconds
-        elapsed = current.at - previous.at
         self._handled_total += handled
         if handled > 0 and busy > 0:
             first = self.service_rate is None
             self._finished = handled if first else 0.8 * self._finished + 0.2 * handled
             self._busy_spent = busy if first else 0.8 * self._busy_spent + 0.2 * busy
             self.service_rate = current.concurrency * self._finished / self._busy_spent
-        if elapsed > 0:
-            self._busy[worker] = min(1.0, max(0.0, busy / (elapsed * current.concurrency)))
+        marks.append((now, current.busy_seconds))
+        while len(marks) > 2 and marks[1][0] <= now - self._busy_span:
+            marks.popleft()
+        since, busy_then = marks[0]
+        if now - since >= self._busy_span:
+            spent = current.busy_seconds - busy_then
+            share = spent / ((now - since) * current.concurrency)
+            self._busy[worker] = min(1.0, max(0.0, share))
 
     def forget(self, workers: set[str]) -> None:
         """Drop the workers no longer in the group."""
         for worker in workers:
             self._workers.pop(worker, None)
             self._busy.pop(worker, None)
+            self._marks.pop(worker, None)
 
     def sample(self, backlog: int, now: float) -> None:
         """Note the backlog read at `now`."""

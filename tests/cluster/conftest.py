@@ -64,6 +64,42 @@ def _port_open(port: int) -> bool:
     return False
 
 
+def _listener(port: int) -> list[int]:
+    """The processes holding a listening TCP socket on `port` (from /proc/net/tcp*)."""
+    inodes = set()
+    for table in ("tcp", "tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    inodes.add(f"socket:[{fields[9]}]")
+    found = []
+    if inodes:
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            with contextlib.suppress(OSError):
+                if any(os.readlink(fd) in inodes for fd in (entry / "fd").iterdir()):
+                    found.append(int(entry.name))
+    return found
+
+
+def _describe(port: int) -> str:
+    """Who listens on `port`, and every Erlang VM with its state and node name."""
+    said = [f"listening on {port}: {_listener(port)}"]
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if entry.name.isdigit() and (entry / "comm").read_text().strip() == "beam.smp":
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                names = [
+                    v.decode(errors="replace")
+                    for v in (entry / "environ").read_bytes().split(b"\0")
+                    if v.startswith(b"RABBITMQ_NODENAME=")
+                ]
+                said.append(f"beam.smp {entry.name} state {state} {names}")
+    return "; ".join(said)
+
+
 class Cluster:
     """Where the three nodes of cluster `number` (1 or 2) are, and the faults done to them.
     Nodes are numbered 1-3 in either."""
@@ -102,12 +138,16 @@ class Cluster:
         """The three AMQP URLs, each asking for `heartbeat` seconds when given."""
         return [f"{u}?heartbeat={heartbeat}" if heartbeat else u for u in self.amqp_urls]
 
-    def pid(self, n: int) -> int:
-        """The node's Erlang VM, found by its environment: the pid file goes when autoheal
-        restarts the broker inside the VM (and is not written again)."""
+    def pids(self, n: int) -> list[int]:
+        """The node's Erlang VMs: the one that listens on its AMQP port first, then any other
+        found by its environment (the pid file goes when autoheal restarts the broker inside
+        the VM, and is not written again). Two were never seen at once, but a SIGKILL once
+        left the port open for 60 s: every candidate is named, so that a fault reaches the
+        VM that serves the node, whichever it is."""
         wanted = f"RABBITMQ_NODENAME={self.name(n)}".encode()
+        found = _listener(self.amqp_port(n))
         for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
+            if not entry.name.isdigit() or int(entry.name) in found:
                 continue
             with contextlib.suppress(OSError):
                 if (entry / "comm").read_text().strip() != "beam.smp":
@@ -115,8 +155,10 @@ class Cluster:
                 if b"escript" in (entry / "cmdline").read_bytes():
                     continue  # a rabbitmqctl of the same environment
                 if wanted in (entry / "environ").read_bytes().split(b"\0"):
-                    return int(entry.name)
-        raise RuntimeError(f"no running VM for node {n}")
+                    found.append(int(entry.name))
+        if not found:
+            raise RuntimeError(f"no running VM for node {n}")
+        return found
 
     def up(self, n: int) -> bool:
         return _port_open(self.amqp_port(n))
@@ -124,19 +166,36 @@ class Cluster:
     # -- faults (blocking: call them through asyncio.to_thread) ----------------------------
 
     def kill(self, n: int) -> None:
-        """SIGKILL the node's Erlang VM: a crash, nothing flushed, nobody told."""
-        os.kill(self.pid(n), signal.SIGKILL)
-        self._wait(lambda: not self.up(n), f"node {n} down")
+        """SIGKILL the node's Erlang VM: a crash, nothing flushed, nobody told. Every VM
+        `pids` names is killed, and again while the port stays open (what holds it then is
+        said in the error)."""
+
+        def gone() -> bool:
+            with contextlib.suppress(RuntimeError):  # none left
+                for pid in self.pids(n):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+            return not self.up(n)
+
+        for pid in self.pids(n):
+            os.kill(pid, signal.SIGKILL)
+        try:
+            self._wait(gone, f"node {n} down")
+        except RuntimeError as error:
+            raise RuntimeError(f"{error}: {_describe(self.amqp_port(n))}") from None
 
     def pause(self, n: int) -> None:
         """SIGSTOP the node's VM: its sockets stay open and silent (a partition, as the
         other nodes and its clients see it once their heartbeats pass)."""
-        os.kill(self.pid(n), signal.SIGSTOP)
+        for pid in self.pids(n):
+            os.kill(pid, signal.SIGSTOP)
         self.paused.add(n)
 
     def resume(self, n: int) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid(n), signal.SIGCONT)
+        with contextlib.suppress(RuntimeError):  # not running
+            for pid in self.pids(n):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
         self.paused.discard(n)
         self.was_paused.add(n)
 

@@ -213,3 +213,34 @@ def test_settings_refuse_a_minimum_above_the_maximum_naming_the_options() -> Non
     with pytest.raises(ValidationError, match="target_busy"):
         ScalingSettings(target_busy=1.5)
     assert ScalingSettings().max_workers is None  # no scaler unless asked
+
+
+def test_one_request_between_two_close_reports_is_no_busy_worker(clock: Clock) -> None:
+    """A quiet worker reports a request as it arrives, then again on its interval's tick,
+    which can come a few ms later: one 50 ms request over 60 ms is no worker 83% busy (taken
+    so, with the controller's receipt times closer still, the group grew to 2 for one
+    request: the subprocess scaling test's last call, under load, 2026-11-28)."""
+    rates = RateEstimator(horizon=5)
+    counters = {"handled": 0.0, "busy_seconds": 0.0, "in_flight": 0, "concurrency": 1}
+    for second in range(3):  # a burst: fully busy, a report a second
+        rates.report("w1", {**counters, "handled": 20.0 * second, "busy_seconds": second}, clock())
+        rates.sample(0, clock())
+        clock.advance(1)
+    clock.advance(5)  # quiet since: the worker fell silent
+    rates.sample(0, clock())
+    rates.report("w1", {**counters, "handled": 40.0, "busy_seconds": 2.0, "in_flight": 1}, clock())
+    clock.advance(0.06)
+    rates.report("w1", {**counters, "handled": 41.0, "busy_seconds": 2.05}, clock())
+    rates.sample(0, clock())
+    load = rates.load(workers=1, backlog=0)
+    assert load.busy is not None and load.busy < 0.05
+    assert recommend(POLICY, load) == (1, Reason.MINIMUM)
+    # A worker busy all along is seen so once its reports span a second (two at 0.5 s).
+    for tick in range(1, 3):
+        clock.advance(0.5)
+        rates.report(
+            "w1",
+            {**counters, "handled": 41 + 10 * tick, "busy_seconds": 2.05 + 0.5 * tick},
+            clock(),
+        )
+    assert rates.load(workers=1, backlog=0).busy == pytest.approx(1.0, abs=0.07)

@@ -38,7 +38,8 @@ async def test_a_hot_key_grows_to_its_maximum_and_back_to_one(
     def back_to_one() -> bool:
         """The extra workers gone, and the driver, the status and the gauge say one. Checked
         before the key's last call: in a loaded CI run (2026-11-28) that call grew the group
-        to 2 again a second after it had shrunk, with both drivers (not explained yet)."""
+        to 2 again a second after it had shrunk, with both drivers (a busy share measured over
+        two reports 60 ms apart; fixed, tests/control_loops/test_scaling.py)."""
         view = controller.status().groups["hot"].scaling
         return (
             not driver._groups["hot"].leaving
