@@ -217,6 +217,8 @@ class Node:
 #: The driver of the bench's controllers (`--driver`): "memory" lists what it started, as a
 #: real driver does; "noop" is the real noop driver (it lists nothing: `base.Unlisted`).
 DRIVER = {"kind": "memory"}
+#: The controllers' `queues.young_queue_hold` (`--young-queue-hold`).
+HOLD = {"seconds": 1.0}
 
 
 def controller_for(
@@ -231,7 +233,7 @@ def controller_for(
             "max_groups": n + 10,
             "orphan_wait_timeout": 120,
         },
-        queues={"type": queue_type},
+        queues={"type": queue_type, "young_queue_hold": HOLD["seconds"]},
         # The open-files guard's default (3.5 fds a queue) is set by quorum queues; classic
         # queues hold none (fd_per_queue 0.00 below): at 20,000 open files the default would
         # refuse classic keys past about 5,700, and 10,000 are asked for.
@@ -829,8 +831,15 @@ async def main() -> None:
         help="write each AMQP frame with its own send, as aiormq does without osrdyne "
         "(the A/B of osrdyne.wire._aiormq's batched writes)",
     )
+    parser.add_argument(
+        "--young-queue-hold",
+        type=float,
+        default=1.0,
+        help="the controllers' queues.young_queue_hold (0: the A/B without the hold)",
+    )
     args = parser.parse_args()
     DRIVER["kind"] = args.driver
+    HOLD["seconds"] = args.young_queue_hold
     if args.one_frame_writes:
         aiormq.connection.FrameGenerator.__anext__ = _one_frame  # type: ignore[method-assign]
     logging.basicConfig(level=logging.WARNING)

@@ -138,13 +138,18 @@ class OrphanProcessor(QueueConsumer):
 
         async def forward_and_ack() -> None:
             await self.publish(forward, deadline=deadline)
+            self._metrics.orphans.labels("forwarded").inc()
+            self._metrics.requests_routed.labels("orphan").inc()
+            self._metrics.orphan_seconds.observe(time.monotonic() - began)
+            logger.debug("orphan for key %r forwarded", key, extra=fields)
+            # A queue created moments ago may come back empty from a broker crash though it
+            # confirmed the forward (RabbitMQ 3.10): the orphan is kept until it is older.
+            young = self._queue_loop.young_for(key)
+            if young > 0:
+                await asyncio.sleep(young)
             await message.ack()
 
         await self.commit(forward_and_ack())
-        self._metrics.orphans.labels("forwarded").inc()
-        self._metrics.requests_routed.labels("orphan").inc()
-        self._metrics.orphan_seconds.observe(time.monotonic() - began)
-        logger.debug("orphan for key %r forwarded", key, extra=fields)
 
     async def _refuse(
         self,

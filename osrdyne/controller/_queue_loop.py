@@ -167,6 +167,9 @@ class RequestQueueLoop:
         #: The same keys from the moment their event is heard until a pass repairs them:
         #: published as deleted (True) or unbound meanwhile (`_published`).
         self._heard: dict[str, bool] = {}
+        #: When this loop created each key's quorum queue (monotonic), while it is younger
+        #: than `queues.young_queue_hold` (`young_for`).
+        self._created: dict[str, float] = {}
         #: Keys whose queue's deletion was heard and waits out the grace (how many times).
         self._deletions: collections.Counter[str] = collections.Counter()
         #: Broker events that needed a full listing (a name this loop could not place).
@@ -303,6 +306,22 @@ class RequestQueueLoop:
                 actual.pop(key, None)
             elif actual.get(key) is GroupStatus.ACTIVE:
                 actual[key] = GroupStatus.UNBOUND
+
+    def young_for(self, key: str) -> float:
+        """Seconds until `key`'s request queue is `queues.young_queue_hold` old, when this
+        loop created it as a quorum queue less than that ago; else 0. The orphan processor
+        holds its ack of a request forwarded into such a queue until then: RabbitMQ 3.10
+        can bring a quorum queue declared a few hundred ms before its node was killed back
+        as a new, empty member, losing what it had confirmed (rabbitmq-server#15725,
+        docs/reliability.md); the orphan, unacked, is delivered again instead."""
+        hold = self._settings.young_queue_hold
+        if self._settings.type != "quorum" or hold <= 0:
+            return 0.0
+        now = time.monotonic()
+        for old in [k for k, at in self._created.items() if now - at >= hold]:
+            del self._created[old]
+        created = self._created.get(key)
+        return 0.0 if created is None else created + hold - now
 
     def _withdraw(self, key: str, *, gone: bool = False) -> None:
         """Publish at once that `key`'s queue is no longer bound (`gone`: no longer exists),
@@ -574,6 +593,7 @@ class RequestQueueLoop:
                         self._legacy.pop(key, None)
                         name = self._names.request_queue(key)
                         await self._declare(channel, name, key)
+                        self._created[key] = time.monotonic()
                         actual[key] = GroupStatus.UNBOUND
                     if action.op is _reconcile.QueueOp.BIND or action.bind:
                         queue = await channel.get_queue(name, ensure=False)

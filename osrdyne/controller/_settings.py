@@ -422,6 +422,17 @@ class QueueSettings(BaseModel):
         "declared just before its node crashed: it exists, takes no publish and no consumer, "
         "and holds nothing (docs/reliability.md). None: never.",
     )
+    young_queue_hold: float = Field(
+        default=1.0,
+        ge=0,
+        description="Seconds a new quorum request queue must have existed before the "
+        "controller acks an orphan it forwarded into it (the forward is confirmed at once; "
+        "only the orphan's ack waits). RabbitMQ brings a quorum queue whose node was killed "
+        "before it saved the queue's Raft member name (Ra's directory, saved 0.5 s after "
+        "its last change) back as a new, empty member, though it had confirmed a publish "
+        "(docs/reliability.md): the orphan, still unacked, is delivered again instead of "
+        "lost (a duplicate, at worst). 0: ack at once.",
+    )
 
 
 class DriverSettings(BaseModel):
