@@ -63,12 +63,14 @@ async def load(caller: Caller, pool: str, stop: asyncio.Event, sent: list[str]) 
             id="sigkill",
             marks=pytest.mark.xfail(
                 strict=False,
-                reason="2 of 8 runs: a request to a new key, forwarded (and confirmed) into "
-                "its request queue a few hundred ms after the queue's declaration and before "
-                "the SIGKILL, is lost by the broker: the queue comes back as a new empty Raft "
-                "member (Log Index 0, Term 0, never elected; RabbitMQ 3.10.8, upstream "
-                "rabbitmq-server#15725, 'Starting member as a new one. Context: "
-                "name_not_registered'); still run, its outcome reported",
+                reason="2 of 8 runs on a slower machine (2026-11-28): a request to a new key, "
+                "forwarded (and confirmed) into its request queue a few hundred ms after the "
+                "queue's declaration and before the SIGKILL, was lost by the broker: the queue "
+                "came back as a new empty Raft member (RabbitMQ 3.10.8, rabbitmq-server#15725). "
+                "Since `queues.young_queue_hold` the orphan stays unacked and is forwarded "
+                "again (8 of 8 runs passed, 1-2 duplicates each; 8 of 8 passed without it on "
+                "the faster machine too, the race unseen there); xfail until CI has run it "
+                "more, its outcome reported",
             ),
         ),
     ],
