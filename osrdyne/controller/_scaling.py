@@ -238,19 +238,19 @@ class RateEstimator:
             share = spent / ((now - since) * current.concurrency)
             self._busy[worker] = min(1.0, max(0.0, share))
 
-    def forget(self, workers: set[str]) -> None:
-        """Drop the workers no longer in the group."""
-        for worker in workers:
-            self._workers.pop(worker, None)
-            self._busy.pop(worker, None)
-            self._marks.pop(worker, None)
-
     def sample(self, backlog: int, now: float) -> None:
-        """Note the backlog read at `now`."""
+        """Note the backlog read at `now`; forget the workers silent for four times
+        `stale_after` (long gone, or idle: a worker that reports again starts afresh), so a
+        group's record does not grow with its workers' churn."""
         self._now = max(self._now, now)
         self._samples.append((now, backlog, self._handled_total))
         while len(self._samples) > 2 and self._samples[1][0] <= now - self._horizon:
             self._samples.popleft()
+        gone = now - 4 * self._stale_after
+        for worker in [k for k, w in self._workers.items() if w.at < gone]:
+            del self._workers[worker]
+            self._busy.pop(worker, None)
+            self._marks.pop(worker, None)
 
     def _fresh(self, worker: str) -> bool:
         """Its busy share still holds: heard from within two of its report intervals (a

@@ -244,3 +244,18 @@ def test_one_request_between_two_close_reports_is_no_busy_worker(clock: Clock) -
             clock(),
         )
     assert rates.load(workers=1, backlog=0).busy == pytest.approx(1.0, abs=0.07)
+
+
+def test_workers_long_silent_are_forgotten(clock: Clock) -> None:
+    """A group's record of its workers does not grow with their churn: a worker silent for
+    four times `stale_after` is dropped (and starts afresh if it reports again)."""
+    rates = RateEstimator(stale_after=10)
+    for n in range(50):  # workers that came and went
+        rates.report(f"w{n}", {"handled": 1.0, "busy_seconds": 0.1}, clock())
+        clock.advance(1)
+    rates.sample(0, clock())
+    assert len(rates._workers) == 40  # heard within the last 40 s
+    clock.advance(41)
+    rates.report("w49", {"handled": 5.0, "busy_seconds": 0.5}, clock())
+    rates.sample(0, clock())
+    assert list(rates._workers) == ["w49"]
