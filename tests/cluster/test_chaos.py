@@ -20,6 +20,7 @@ error.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -33,6 +34,7 @@ from osrdyne import Client, exceptions
 from tests.cluster.conftest import Cluster, connection_port, echo_controller
 from tests.cluster.network import Network
 from tests.conftest import Running
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.chaos
 
@@ -166,7 +168,22 @@ async def random_faults(
         try:
             await chaos(client_link)
             await asyncio.to_thread(cluster.restore)
-            await asyncio.sleep(30)  # calls after the last fault, all nodes back
+            restored = time.monotonic()
+            served_after: float | None = None
+
+            def served() -> bool:
+                """Every call of the last 10 s ok, all nodes back for 10 s at least."""
+                now = time.monotonic()
+                recent = [o for t, o in outcomes if t > now - 10]
+                return now - restored >= 10 and bool(recent) and all(o == "ok" for o in recent)
+
+            # After the last fault, with every node back, the client is served again: waited
+            # for, not slept (after a one-way cut RabbitMQ's autoheal may restart a node a
+            # minute later, and a link that lost packets may wait out TCP's back-off: a fixed
+            # 30 s once ended on a timeout, CI 2026-11-28).
+            with contextlib.suppress(AssertionError):  # None in the report, asserted below
+                await eventually(served, what="served for 10 s", timeout=240)
+                served_after = time.monotonic() - restored
         finally:
             stop.set()
             await caller
@@ -197,11 +214,10 @@ async def random_faults(
         "late replies": late,
         "resends": client.resends,
         "latest end past a deadline s": round(max(0.0, overrun), 2),
+        "served again after the restore s": served_after and round(served_after, 1),
         "per fault": rows,
     }
     print("CHAOS", json.dumps(report, indent=1))
     assert report["lost"] == 0, report
-    # After the last fault, with every node back, the client is served again.
-    tail = [o for t, o in outcomes if t > outcomes[-1][0] - 10]
-    assert tail and all(o == "ok" for o in tail), tail
+    assert served_after is not None, "the client not served for 10 s within 240 s of the restore"
     assert all(r["first ok s"] is not None for r in rows), rows
