@@ -182,7 +182,9 @@ class RateEstimator:
         #: interval's tick), and one 50 ms request over 60 ms is no busy worker.
         self._busy_span = busy_span
         #: (time, busy seconds) of each worker's reports, back to the newest one at least
-        #: `busy_span` old: where its busy share is measured from.
+        #: `busy_span` old: where its busy share is measured from. Reports closer than a
+        #: sixteenth of the span replace one another: a worker that reports a thousand times
+        #: a second keeps about 18 marks, not a thousand.
         self._marks: dict[str, collections.deque[tuple[float, float]]] = {}
         #: A worker silent this long is idle (workers report while busy).
         self._stale_after = stale_after
@@ -229,7 +231,10 @@ class RateEstimator:
             self._finished = handled if first else 0.8 * self._finished + 0.2 * handled
             self._busy_spent = busy if first else 0.8 * self._busy_spent + 0.2 * busy
             self.service_rate = current.concurrency * self._finished / self._busy_spent
-        marks.append((now, current.busy_seconds))
+        if len(marks) > 1 and now - marks[-1][0] < self._busy_span / 16:
+            marks[-1] = (now, current.busy_seconds)  # a close report replaces the one before
+        else:
+            marks.append((now, current.busy_seconds))
         while len(marks) > 2 and marks[1][0] <= now - self._busy_span:
             marks.popleft()
         since, busy_then = marks[0]

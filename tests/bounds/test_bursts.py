@@ -168,18 +168,8 @@ async def _take_all(queue_name: str) -> list[str]:
 async def _keys_with_requests(pool: str, keys: list[str]) -> set[str]:
     """The keys whose request queue holds a message now (a passive declaration's count)."""
     names = PoolNames(pool)
-    existing = set(await broker.request_queues(pool))
-    found = set()
-    async with raw_connection(broker.AMQP_URL) as connection:
-        channel = await connection.channel()
-        for key in keys:
-            name = names.request_queue(key)
-            if name not in existing:
-                continue
-            queue = await channel.declare_queue(name, passive=True)
-            if queue.declaration_result.message_count:
-                found.add(key)
-    return found
+    ready = await broker.ready_messages(*(names.request_queue(k) for k in keys))
+    return {k for k in keys if ready.get(names.request_queue(k))}
 
 
 async def _leads(pool: str) -> bool:

@@ -259,3 +259,14 @@ def test_workers_long_silent_are_forgotten(clock: Clock) -> None:
     rates.report("w49", {"handled": 5.0, "busy_seconds": 0.5}, clock())
     rates.sample(0, clock())
     assert list(rates._workers) == ["w49"]
+
+
+def test_a_worker_reporting_a_thousand_times_a_second_keeps_few_marks(clock: Clock) -> None:
+    """A flood of reports from one worker (a broken or hostile one) costs a bounded record,
+    and its busy share is still measured over the span."""
+    rates = RateEstimator()
+    for tick in range(3000):  # 3 s, fully busy
+        rates.report("w1", {"handled": float(tick), "busy_seconds": tick / 1000}, clock())
+        clock.advance(0.001)
+    assert len(rates._marks["w1"]) <= 20
+    assert rates.load(workers=1, backlog=0).busy == pytest.approx(1.0, abs=0.01)

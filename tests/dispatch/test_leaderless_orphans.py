@@ -160,12 +160,7 @@ async def _arrived(controller: Controller, names: PoolNames, key: str) -> None:
     name = names.request_queue(key)
 
     async def arrived() -> bool:
-        async with raw_connection(broker.AMQP_URL) as connection:
-            channel = await connection.channel()
-            try:
-                queue = await channel.declare_queue(name, passive=True)
-            except aio_pika.exceptions.ChannelNotFoundEntity:
-                return False
-        return bool(queue.declaration_result.message_count) and not orphans._in_flight
+        ready = await broker.ready_messages(name)
+        return bool(ready.get(name)) and not orphans._in_flight
 
     await eventually(arrived, what=f"the request in the queue of {key!r}", timeout=60)

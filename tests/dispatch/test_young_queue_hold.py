@@ -27,15 +27,6 @@ from tests.waiting import eventually
 pytestmark = pytest.mark.timeout(120)
 
 
-async def _ready(pool: str, name: str) -> int:
-    """The ready messages of queue `name` (a passive declaration: exact, unlike the
-    management API's statistics)."""
-    async with raw_connection(broker.AMQP_URL) as connection:
-        channel = await connection.channel()
-        queue = await channel.declare_queue(name, passive=True)
-        return int(queue.declaration_result.message_count or 0)
-
-
 @pytest.mark.parametrize("hold", [600.0, 0.0], ids=["held", "no-hold"])
 async def test_an_orphan_forwarded_into_a_new_queue_is_acked_once_the_queue_is_older(
     pool: str, tmp_path: Path, hold: float
@@ -55,9 +46,9 @@ async def test_an_orphan_forwarded_into_a_new_queue_is_acked_once_the_queue_is_o
             await exchange.publish(aio_pika.Message(b"one"), routing_key=key, mandatory=True)
         forwarded = controller.metrics.orphans.labels("forwarded")
         await eventually(lambda: forwarded._value.get() >= 1, what="the orphan forwarded")
-        assert await _ready(pool, names.request_queue(key)) == 1
-        assert await _ready(pool, names.orphan_queue) == 0  # delivered to the controller
+        ready = await broker.ready_messages(names.request_queue(key), names.orphan_queue)
+        assert ready == {names.request_queue(key): 1, names.orphan_queue: 0}  # orphan delivered
     # Stopped: the held orphan was never acked, and is back in the orphan queue for the next
     # controller (which forwards it again: a duplicate at worst); without the hold it is gone.
-    assert await _ready(pool, names.orphan_queue) == (1 if hold else 0)
-    assert await _ready(pool, names.request_queue(key)) == 1
+    ready = await broker.ready_messages(names.request_queue(key), names.orphan_queue)
+    assert ready == {names.request_queue(key): 1, names.orphan_queue: 1 if hold else 0}
