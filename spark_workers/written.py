@@ -25,6 +25,7 @@ import dataclasses
 import datetime as dt
 import math
 import os
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from spark_workers import manifest
@@ -119,6 +120,16 @@ class Files:
 
 
 @dataclasses.dataclass(frozen=True)
+class Counter:
+    """Counts of one column's written values beside its statistics (a check's failures): by
+    `arrow` from the values Arrow read (text dictionary encoded) when Arrow reads the
+    column, else by `spark`'s aggregates, in the query that counts its statistics."""
+
+    arrow: Callable[[pa.ChunkedArray], dict[str, int]]
+    spark: Callable[[], list[Column]]
+
+
+@dataclasses.dataclass(frozen=True)
 class Statistics:
     """`counts`: `stat:rows` and per column `i` `stat:<i>:nulls`, `:min`, `:max` (ordered
     types) and `:distinct`; `exact`: the columns whose distinct count is exact (counted by
@@ -129,9 +140,15 @@ class Statistics:
 
 
 def statistics(
-    spark: SparkSession, files: Files, schema: StructType, partition_by: tuple[str, ...]
+    spark: SparkSession,
+    files: Files,
+    schema: StructType,
+    partition_by: tuple[str, ...],
+    counters: Mapping[str, Counter] | None = None,
 ) -> Statistics:
-    """The manifest's statistics of the rows written to `files`."""
+    """The manifest's statistics of the rows written to `files`, and the counts of
+    `counters` (by column name) with them."""
+    counters = counters or {}
     utc = (spark.conf.get("spark.sql.session.timeZone") or "") in ("UTC", "Etc/UTC", "Z")
     on_driver: list[tuple[int, StructField]] = []
     by_spark: list[tuple[int, StructField]] = []
@@ -148,7 +165,10 @@ def statistics(
     counts: dict[str, Any] = {"stat:rows": files.rows}
     exact = set()
     with concurrent.futures.ThreadPoolExecutor(_THREADS) as pool:
-        found = pool.map(lambda item: _arrow_statistics(files, *item), on_driver)
+        found = pool.map(
+            lambda item: _arrow_statistics(files, item[0], item[1], counters.get(item[1].name)),
+            on_driver,
+        )
         for (i, field), stats in zip(on_driver, found, strict=True):
             if stats is None:  # a timestamp past year 9999
                 by_spark.append((i, field))
@@ -157,6 +177,9 @@ def statistics(
             exact.add(field.name)
     if by_spark:
         aggregates = [a for i, field in by_spark for a in spark_aggregates(i, field)]
+        for _, field in by_spark:
+            if field.name in counters:
+                aggregates += counters[field.name].spark()
         written = spark.read.schema(schema).parquet(files.directory)
         counts.update(written.agg(*aggregates).collect()[0].asDict())
     return Statistics(counts, frozenset(exact))
@@ -180,9 +203,12 @@ def spark_aggregates(i: int, field: StructField) -> list[Column]:
     return out
 
 
-def _arrow_statistics(files: Files, i: int, field: StructField) -> dict[str, Any] | None:
-    """Arrow's count of what `spark_aggregates` counts, the distinct values exactly; None
-    when a timestamp is past Python's datetime (Spark writes it as text then)."""
+def _arrow_statistics(
+    files: Files, i: int, field: StructField, counter: Counter | None
+) -> dict[str, Any] | None:
+    """Arrow's count of what `spark_aggregates` counts, the distinct values exactly, and
+    `counter`'s counts; None when a timestamp is past Python's datetime (Spark writes it as
+    text then)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -192,6 +218,8 @@ def _arrow_statistics(files: Files, i: int, field: StructField) -> dict[str, Any
         f"stat:{i}:nulls": values.null_count,
         f"stat:{i}:distinct": _distinct(values, type_name),
     }
+    if counter is not None:
+        out.update(counter.arrow(values))
     if type_name not in ORDERED:
         return out
     low: Any

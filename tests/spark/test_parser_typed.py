@@ -14,6 +14,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from spark_workers import inference, ingest, manifest, read_options
 from tests.spark import real_data
 
@@ -109,6 +111,25 @@ def test_a_digit_other_than_asciis_keeps_integers_on_the_text_path(
     wide.write_text("a,b,t\n\u0663,1.5,x\n", encoding="utf-16")
     utf16 = read_options.ReadOptions(schema_ddl="a INT, b DOUBLE, t STRING", encoding="utf-16")
     assert not ingest._no_other_digits(str(wide), utf16)
+
+
+@pytest.mark.parametrize("block", [1, 2, 3, 5, 64])
+def test_the_digit_scan_finds_a_digit_across_its_blocks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int
+) -> None:
+    """The scan reads a file in blocks (4 MB): a digit whose bytes a block boundary splits,
+    after blocks of ASCII only and of other non-ASCII text, is found in UTF-8 and in UTF-16
+    (odd block sizes split its code units too); a file without one passes."""
+    monkeypatch.setattr(ingest, "_BLOCK", block)
+    for encoding in ("utf-8", "utf-16"):
+        options = read_options.ReadOptions(schema_ddl="a INT, t STRING", encoding=encoding)
+        head = "a,t\n" + "1,x\n" * 20 + "2,caf\u00e9 \u00fcber\n"
+        src = tmp_path / f"split-{encoding}-{block}.csv"
+        src.write_text(head + "\u0969,y\n", encoding=encoding)
+        assert not ingest._no_other_digits(str(src), options)
+        clean = tmp_path / f"clean-{encoding}-{block}.csv"
+        clean.write_text(head + "3,y\n", encoding=encoding)
+        assert ingest._no_other_digits(str(clean), options)
 
 
 def test_a_marker_the_parser_could_read_keeps_its_columns_on_the_text_path(

@@ -538,6 +538,9 @@ def test_checks_files_are_validated(spark: Any, tmp_path: Path) -> None:
         ({"columns": {"a": {"allowed": ["x"]}}}, "'x' is not a value of it"),
         ({"columns": {"a": {"max": True}}}, "True is not a value of it"),
         ({"columns": {"b": {"allowed": [1]}}}, "1 is not a value of it"),
+        # Outside the column's type (INT): Spark's cast of the value would fail mid-ingest.
+        ({"columns": {"a": {"max": 2**31}}}, "2147483648 is not a value of it"),
+        ({"columns": {"a": {"allowed": [1, -(2**31) - 1]}}}, "-2147483649 is not a value"),
     ]:
         checks = tmp_path / "c.json"
         checks.write_text(json.dumps(declared))
