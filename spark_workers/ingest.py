@@ -18,6 +18,7 @@ import codecs
 import concurrent.futures
 import contextlib
 import dataclasses
+import functools
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -155,27 +156,33 @@ def _ingest(
         appending.check_compatible(base, declared, request.partition_by)
         declared = base.schema  # the increment is typed as the dataset is
         request = dataclasses.replace(request, partition_by=base.partition_by)
-    text, columns = read_text(spark, request.src, options, declared)
-    if options.format == "parquet":
-        schema = text.schema
-        typed = text.select("*", F.lit(False).alias(inference.BAD_COLUMN))
+    # `text`: the source as text, made when first called. With a declared schema, only if
+    # needed: for the bad rows, when there are some (its plan took 20-30 ms).
+    if declared is not None and options.format != "parquet":
+        schema = declared
+        text = functools.cache(lambda: read_text(spark, request.src, options, declared)[0])
+        typed = _typed(spark, request.src, options, schema, text)
+    elif options.format == "parquet":
+        frame, _ = read_text(spark, request.src, options, declared)
+        schema = frame.schema
+        text = functools.cache(lambda: frame)
+        typed = frame.select("*", F.lit(False).alias(inference.BAD_COLUMN))
     else:
-        if declared is not None:
-            schema = declared
-        else:
-            inferred = inference.infer(text, columns, options)
-            schema = inferred.schema
-            for column, count in inferred.text_markers.items():
-                say(
-                    f"note: text column {column!r} holds {count} missing-value marker(s),"
-                    " kept as text (--text-null-value MARKER makes them missing)"
-                )
-            for column, (typed_as, odd, values, example) in inferred.nearly_typed.items():
-                say(
-                    f"note: column {column!r} is text because {odd} of {values} values are "
-                    f"not {typed_as} (e.g. {example!r}): declare it {typed_as} with --schema "
-                    "to quarantine them instead"
-                )
+        frame, columns = read_text(spark, request.src, options, declared)
+        inferred = inference.infer(frame, columns, options)
+        schema = inferred.schema
+        for column, count in inferred.text_markers.items():
+            say(
+                f"note: text column {column!r} holds {count} missing-value marker(s),"
+                " kept as text (--text-null-value MARKER makes them missing)"
+            )
+        for column, (typed_as, odd, values, example) in inferred.nearly_typed.items():
+            say(
+                f"note: column {column!r} is text because {odd} of {values} values are "
+                f"not {typed_as} (e.g. {example!r}): declare it {typed_as} with --schema "
+                "to quarantine them instead"
+            )
+        text = functools.cache(lambda: frame)
         typed = _typed(spark, request.src, options, schema, text)
     say(("declared" if declared else "inferred") + f" schema: {manifest.schema_ddl(schema)}")
     for column in request.partition_by:
@@ -207,7 +214,7 @@ def _write_checked(
     spark: SparkSession,
     request: Request,
     typed: DataFrame,
-    text: DataFrame,
+    text: Callable[[], DataFrame],
     schema: StructType,
     staged: str,
     inferred: bool,
@@ -230,7 +237,7 @@ def _write_checked(
     # Read again, with each value's text and file, only when there are bad rows.
     bad_count, read_rows, added = observed.bad, observed.read, observed.added
     bad = (
-        bad_rows.collect(inference.convert(text, schema, options), schema, options)
+        bad_rows.collect(inference.convert(text(), schema, options), schema, options)
         if bad_count
         else []
     )
@@ -367,11 +374,11 @@ def _typed(
     src: str,
     options: read_options.ReadOptions,
     schema: StructType,
-    text: DataFrame,
+    text: Callable[[], DataFrame],
 ) -> DataFrame:
-    """The lean frame the good rows are written from: read again with Spark's parser typing
-    the columns it types as the text path would (`inference.parser_typed`), or converted
-    from `text`."""
+    """The lean frame the good rows are written from: read with Spark's parser typing the
+    columns it types as the text path would (`inference.parser_typed`), or converted from
+    `text`."""
     from pyspark.sql import types as T  # noqa: N812
 
     integers = any(
@@ -380,7 +387,7 @@ def _typed(
     ascii_digits = integers and _no_other_digits(src, options)
     by_parser = inference.parser_typed(schema, options, ascii_digits=ascii_digits)
     if not by_parser:
-        return inference.convert(text, schema, options, sources=False)
+        return inference.convert(text(), schema, options, sources=False)
     read_schema = T.StructType(
         [
             f if f.name in by_parser else T.StructField(f.name, T.StringType(), True)
@@ -388,8 +395,22 @@ def _typed(
         ]
         + [T.StructField(read_options.CORRUPT_COLUMN, T.StringType(), True)]
     )
-    df = spark.read.options(**options.spark_options()).schema(read_schema).csv(src)
+    with _reading(src):
+        df = spark.read.options(**options.spark_options()).schema(read_schema).csv(src)
     return inference.convert_parsed(df, schema, options, by_parser)
+
+
+@contextlib.contextmanager
+def _reading(src: str) -> Iterator[None]:
+    """Spark's failure to open the source (no such path, an unreadable file) as an
+    IngestError naming it."""
+    from pyspark.errors import PySparkException
+
+    try:
+        yield
+    except PySparkException as exc:
+        first = str(exc).strip().splitlines()
+        raise IngestError(f"cannot read {src}: {first[0] if first else exc}") from exc
 
 
 _BLOCK = 4 << 20
@@ -435,10 +456,9 @@ def read_text(
     declared: StructType | None,
 ) -> tuple[DataFrame, list[str]]:
     """The source with every column as text (Parquet: as it is), and the column names."""
-    from pyspark.errors import PySparkException
     from pyspark.sql import types as T  # noqa: N812
 
-    try:
+    with _reading(src):
         if options.format == "parquet":
             df = spark.read.parquet(src)
             return df, df.columns
@@ -450,9 +470,6 @@ def read_text(
         )
         df = reader.schema(text_schema).format(options.format).load(src)
         return df, names
-    except PySparkException as exc:
-        first = str(exc).strip().splitlines()
-        raise IngestError(f"cannot read {src}: {first[0] if first else exc}") from exc
 
 
 def _names(

@@ -68,7 +68,7 @@ def _both_ways(
     by_text = inference.convert(text, schema, options, sources=False)
     ascii_digits = ingest._no_other_digits(str(src), options)
     typed = inference.parser_typed(schema, options, ascii_digits=ascii_digits)
-    parsed = ingest._typed(spark, str(src), options, schema, text)
+    parsed = ingest._typed(spark, str(src), options, schema, lambda: text)
     return _rows(by_text), _rows(parsed), typed
 
 
