@@ -546,3 +546,37 @@ def test_checks_files_are_validated(spark: Any, tmp_path: Path) -> None:
         checks.write_text(json.dumps(declared))
         result = ingest(src, tmp_path / "r", "--name", "ok", "--checks", str(checks))
         assert result.exit_code == 1 and says in result.output, result.output
+
+
+@pytest.mark.parametrize("schema", [[], ["--schema", "a INT, b STRING"]])
+def test_a_missing_source_is_named_and_nothing_is_published(
+    spark: Any, tmp_path: Path, schema: list[str]
+) -> None:
+    """Inferred or declared (the typed read is the first to open the source then): the
+    error names the path, and no version is written."""
+    result = ingest(tmp_path / "nowhere.csv", tmp_path / "r", "--name", "ok", *schema)
+    assert result.exit_code == 1, result.output
+    assert "cannot read" in result.output and "nowhere.csv" in result.output, result.output
+    assert not (tmp_path / "r" / "ok").exists()
+
+
+def test_timestamps_are_written_as_int64_and_the_session_is_restored(
+    spark: Any, tmp_path: Path
+) -> None:
+    """An ingest writes timestamps as Parquet's INT64 microseconds (not the legacy INT96)
+    and puts the session's own settings back afterwards (the session may be shared)."""
+    import pyarrow.parquet as pq
+
+    src = tmp_path / "t.csv"
+    src.write_text("id,at\n1,2024-01-02T03:04:05Z\n2,NA\n")
+    spark.conf.set("spark.sql.parquet.outputTimestampType", "INT96")
+    try:
+        result = ingest(src, tmp_path / "r", "--name", "t", "--schema", "id INT, at TIMESTAMP")
+        assert result.exit_code == 0, result.output
+        assert spark.conf.get("spark.sql.parquet.outputTimestampType") == "INT96"
+        assert spark.conf.get("spark.sql.constraintPropagation.enabled") == "true"
+    finally:
+        spark.conf.unset("spark.sql.parquet.outputTimestampType")
+    files = sorted((tmp_path / "r").glob("t@*/*.parquet"))
+    column = pq.read_metadata(files[0]).schema.column(1)
+    assert column.physical_type == "INT64" and "microseconds" in str(column.logical_type)

@@ -91,14 +91,24 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
+@pytest.mark.parametrize("timestamps", ["INT96", "TIMESTAMP_MICROS"])
 @pytest.mark.parametrize("partition_by", [(), ("part",)])
 def test_arrow_statistics_equal_sparks_aggregates(
-    spark: Any, tmp_path: Path, partition_by: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
+    spark: Any,
+    tmp_path: Path,
+    partition_by: tuple[str, ...],
+    timestamps: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """Timestamps as Spark writes them by default (INT96) and as an ingest writes them."""
     df = _frame(spark, _rows())
     path = str(tmp_path / "v1")
     writer = df.repartition(3).write
-    (writer.partitionBy(*partition_by) if partition_by else writer).parquet(path)
+    spark.conf.set("spark.sql.parquet.outputTimestampType", timestamps)
+    try:
+        (writer.partitionBy(*partition_by) if partition_by else writer).parquet(path)
+    finally:
+        spark.conf.unset("spark.sql.parquet.outputTimestampType")
     files = written.Files.read(path)
     names = df.schema.fieldNames()
 
