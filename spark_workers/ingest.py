@@ -19,6 +19,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import functools
+import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -145,13 +146,15 @@ def _ingest_conf(spark: SparkSession) -> Iterator[None]:
 def _run(spark: SparkSession, request: Request, *, say: Callable[[str], None]) -> Result:
     versions.check_free(request.root, request.name, request.dataset, promote=request.promote)
     # The source's checksum, read from the start, while the plan is made (one core is free
-    # then; during the write, both are Spark's): a thread, hashlib leaves the GIL. Not
-    # waited for when the ingest fails.
+    # then; during the write, both are Spark's): a thread, hashlib leaves the GIL. Stopped,
+    # not waited for, when the ingest fails.
     hashing = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="source-checksum")
+    stop = threading.Event()
     try:
-        source = hashing.submit(manifest.source_files, request.src)
+        source = hashing.submit(manifest.source_files, request.src, stop)
         return _ingest(spark, request, source, say=say)
     finally:
+        stop.set()
         hashing.shutdown(wait=False, cancel_futures=True)
 
 

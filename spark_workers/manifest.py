@@ -26,6 +26,7 @@ import datetime as dt
 import hashlib
 import json
 import os
+import threading
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -98,10 +99,16 @@ def source_paths(src: str) -> tuple[str, list[str]] | None:
     return src, paths
 
 
-def source_files(src: str) -> dict[str, Any]:
+class Stopped(Exception):
+    """`source_files` was told to stop before it had read every file."""
+
+
+def source_files(src: str, stop: threading.Event | None = None) -> dict[str, Any]:
     """The source's files with their SHA-256, and one checksum over all of them (by
     relative path and content: the same files anywhere give the same checksum). A remote
-    source (`s3a://`...) is named, not read twice: no checksum."""
+    source (`s3a://`...) is named, not read twice: no checksum. `stop`, once set, ends the
+    reading at the next 1 MB block (Stopped): an ingest that fails early does not wait,
+    nor make its process wait at exit, for a large source to be read to its end."""
     found = source_paths(src)
     if found is None:
         return {"uri": src, "files": [], "sha256": None}
@@ -112,6 +119,8 @@ def source_files(src: str) -> dict[str, Any]:
         digest = hashlib.sha256()
         with open(path, "rb") as data:
             for block in iter(lambda: data.read(1 << 20), b""):
+                if stop is not None and stop.is_set():
+                    raise Stopped(path)
                 digest.update(block)
         rel = os.path.relpath(path, base)
         files.append({"path": rel, "bytes": os.path.getsize(path), "sha256": digest.hexdigest()})

@@ -580,3 +580,21 @@ def test_timestamps_are_written_as_int64_and_the_session_is_restored(
     files = sorted((tmp_path / "r").glob("t@*/*.parquet"))
     column = pq.read_metadata(files[0]).schema.column(1)
     assert column.physical_type == "INT64" and "microseconds" in str(column.logical_type)
+
+
+def test_the_source_checksum_stops_when_told(tmp_path: Path) -> None:
+    """The checksum an ingest starts with it stops at its next block once the ingest has
+    failed (a large source is not read to its end, nor waited for at exit)."""
+    import threading
+
+    from spark_workers import manifest
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.csv").write_bytes(b"a,b\n" + b"1,2\n" * 600_000)  # 2.4 MB: three blocks
+    stop = threading.Event()
+    whole = manifest.source_files(str(src), stop)
+    assert whole["sha256"] and whole["files"][0]["bytes"] == 4 + 4 * 600_000
+    stop.set()
+    with pytest.raises(manifest.Stopped):
+        manifest.source_files(str(src), stop)
