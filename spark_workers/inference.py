@@ -316,10 +316,12 @@ def parser_typed(
     accept alike. tests/spark/test_parser_typed.py holds the differential test: integers,
     floating point and booleans qualify; Java's `parseInt` also takes non-ASCII digits
     (`٣`, `３`) where Spark's cast does not, so integers qualify only for a source with no
-    such digit (`ascii_digits`). Dates, timestamps and decimals do not (Spark's parser
-    falls back to lenient forms, `2013` a date; decimals parse by locale, `1,000`). A column
-    one of whose markers the parser could read as a value (a sentinel, `-999`, `NaN`) stays
-    on the text path. Not for multi-line records nor other formats."""
+    such digit (`ascii_digits`). Dates and timestamps qualify in their default form (with
+    no `--date-format` nor `--timestamp-format`, the parser's default reads a value with the
+    cast's own function: `2013`, a zone, a fraction alike); with a format they stay on the
+    text path, as decimals do (they parse by locale, `1,000`). A column one of whose markers
+    the parser could read as a value (a sentinel, `-999`, `NaN`, `2013`) stays on the text
+    path. Not for multi-line records nor other formats."""
     if options.format != "csv" or options.multiline:
         return frozenset()
     markers = [m.strip().lower() for m in options.null_values]
@@ -332,6 +334,10 @@ def parser_typed(
             ok = not any(re.search(r"\d|nan|inf", m) for m in markers)
         elif type_name == "boolean":
             ok = not any(m in ("true", "false") for m in markers)
+        elif type_name in ("date", "timestamp"):
+            ok = not (options.date_format or options.timestamp_format) and not any(
+                _may_parse(m, type_name, options) for m in options.null_values
+            )
         else:
             ok = False
         if ok:
@@ -386,6 +392,29 @@ def convert_parsed(
         [f"({corrupt} IS NOT NULL AND ({' OR '.join(flagged_checks)}))", *good_checks]
     )
     return with_text.selectExpr(*values, f"coalesce({bad}, false) AS {BAD_COLUMN}")
+
+
+def convert_strict(
+    df: DataFrame, schema: StructType, options: read_options.ReadOptions, typed: frozenset[str]
+) -> DataFrame:
+    """The lean frame of `convert_parsed` from a strict read: Spark's parser typed the
+    `typed` columns in FAILFAST mode with no corrupt-record column, so the read stops at
+    the first row it cannot type (a marker, a wrong value, a wrong number of fields)
+    instead of handing it on. Every row that comes through is one `convert_parsed` takes
+    as read: its typed values as they are, the other columns converted from their text, and
+    `BAD_COLUMN` from those columns' checks only."""
+    values: list[str] = []
+    checks: list[str] = []
+    for field in schema.fields:
+        name = sql_name(field.name)
+        if field.name in typed:
+            values.append(name)
+            continue
+        value, found = _column(field, name, options)
+        values.append(f"{value} AS {name}")
+        checks += [condition for condition, _ in found]
+    bad = " OR ".join(checks) or "false"
+    return df.selectExpr(*values, f"coalesce({bad}, false) AS {BAD_COLUMN}")
 
 
 def raw_columns(schema: StructType) -> list[str]:
