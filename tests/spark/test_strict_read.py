@@ -43,11 +43,22 @@ def _source(path: Path, last: str | bytes | None = None, first: str | None = Non
 
 
 def _ingest(
-    spark: Any, src: Path, root: Path, version: str, *, mode: str = "permissive"
+    spark: Any,
+    src: Path,
+    root: Path,
+    version: str,
+    *,
+    mode: str = "permissive",
+    partition_by: tuple[str, ...] = (),
 ) -> ingest.Result:
     options = read_options.ReadOptions(schema_ddl=DDL, mode=mode)
     request = ingest.Request(
-        src=str(src), root=str(root), name="t", version=version, options=options
+        src=str(src),
+        root=str(root),
+        name="t",
+        version=version,
+        options=options,
+        partition_by=partition_by,
     )
     return ingest.run(spark, request, say=lambda line: None)
 
@@ -66,11 +77,17 @@ def writes(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     return seen
 
 
-def _full_only(spark: Any, src: Path, root: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+def _full_only(
+    spark: Any,
+    src: Path,
+    root: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    partition_by: tuple[str, ...] = (),
+) -> Any:
     """The version the full frame alone writes (no strict read tried)."""
     with monkeypatch.context() as patch:
         patch.setattr(ingest, "_markers_at_start", lambda src, options: True)
-        return _ingest(spark, src, root, "full")
+        return _ingest(spark, src, root, "full", partition_by=partition_by)
 
 
 def _same_version(spark: Any, a: ingest.Result, b: ingest.Result) -> None:
@@ -91,15 +108,21 @@ def _no_leftovers(root: Path) -> None:
     assert not staged and not [p.name for p in root.iterdir() if "strict" in p.name]
 
 
+@pytest.mark.parametrize("partition_by", [(), ("ok",)])
 def test_a_clean_source_is_written_by_the_strict_read_alone(
-    spark: Any, tmp_path: Path, writes: list[bool], monkeypatch: pytest.MonkeyPatch
+    spark: Any,
+    tmp_path: Path,
+    writes: list[bool],
+    monkeypatch: pytest.MonkeyPatch,
+    partition_by: tuple[str, ...],
 ) -> None:
     src = _source(tmp_path / "clean.csv")
     root = tmp_path / "root"
-    strict = _ingest(spark, src, root, "v1")
+    strict = _ingest(spark, src, root, "v1", partition_by=partition_by)
     assert writes == [True]
     assert strict.manifest["rows"] == ROWS and strict.manifest["bad_rows"]["count"] == 0
-    _same_version(spark, strict, _full_only(spark, src, root, monkeypatch))
+    full = _full_only(spark, src, root, monkeypatch, partition_by)
+    _same_version(spark, strict, full)
     assert writes == [True, False]
     _no_leftovers(root)
 
