@@ -2,7 +2,9 @@
 
     read (as text, or typed by Spark's parser where it types as we do) -> types (declared
     or inferred) -> typed rows + a bad-row flag
-    -> write the good rows aside, observing the rows read and the bad ones
+    -> write the good rows aside, observing the rows read and the bad ones (where the
+       parser types: strictly first, a read that stops at a row it does not type, and
+       only then the read that flags such rows; see `_Frames`)
     -> statistics and checks from the written files
     -> bad rows with their reasons by mode (read again only if any)
     -> manifest
@@ -349,21 +351,25 @@ def _write(
     """Write the good rows of `frames` (and the base's, when appending) to `staged`: the
     strict frame where there is one, stopped at the first row it does not type or any bad
     row (then nothing it wrote is kept), else, or then, the full frame."""
-    if frames.strict is not None:
-        attempt = _strict_directory(staged)
-        try:
-            with _quiet_task_failures(spark):
-                observed = _write_frame(
-                    spark, request, frames.strict, schema, attempt, base, strict=True
-                )
-        except Exception as exc:
-            if not _stopped_strict(exc):
-                raise
-            versions.discard(attempt)
-        else:
-            os.rename(attempt, staged)
-            return observed
-    return _write_frame(spark, request, frames.full(), schema, staged, base, strict=False)
+    if frames.strict is None:
+        return _write_frame(spark, request, frames.full(), schema, staged, base, strict=False)
+    attempt = _strict_directory(staged)
+    try:
+        with _quiet_task_failures(spark):
+            observed = _write_frame(
+                spark, request, frames.strict, schema, attempt, base, strict=True
+            )
+    except Exception as exc:
+        if not _stopped_strict(exc):
+            raise
+        versions.discard(attempt)
+    else:
+        os.rename(attempt, staged)
+        return observed
+    observed = _write_frame(spark, request, frames.full(), schema, staged, base, strict=False)
+    # Again: a task of the stopped write, being cancelled, may have written after the first.
+    versions.discard(attempt)
+    return observed
 
 
 #: Spark's loggers that report a failed task, job and write at ERROR, with stack traces.
