@@ -45,12 +45,16 @@ _BROKER_STEP_TIMEOUT = 5.0
 _BROKER_ERRORS = (
     aio_pika.exceptions.AMQPError,
     # A channel closed under a reply (its connection being restored): a RuntimeError in
-    # aiormq, not an AMQPError. The request stays unacked and is redelivered; rejecting it
-    # would answer `rejected` for a request the worker had handled (seen in the chaos run).
+    # aiormq, not an AMQPError. The request is given back to its queue (`_give_back`) and
+    # delivered again; rejecting it would answer `rejected` for a request the worker had
+    # handled (seen in the chaos run).
     aio_pika.exceptions.ChannelInvalidStateError,
     ConnectionError,
     TimeoutError,
 )
+
+#: How long a request whose reply failed waits before it is given back to its queue.
+_GIVE_BACK_PAUSE = 0.5
 
 #: What a broker call raises when the connection or channel under it is gone: AMQP errors,
 #: socket errors, and `RuntimeError` from aio-pika/aiormq when a robust connection has no
@@ -527,12 +531,18 @@ class Worker:
             ):
                 await self._handle_one(message)
         except _BROKER_ERRORS:
-            # Replying failed (connection lost...): leave it unacked, the broker redelivers.
+            # Replying failed (a channel closed under the reply: its connection lost, or
+            # being restored). The broker redelivers what a closed channel held; but on a
+            # live channel (a connection restored with the request channel first and the
+            # reply channel not yet), an unacked request is held for good, with a prefetch
+            # slot: after `prefetch` of them the key got nothing more (a cluster test's key
+            # unanswered for minutes). Given back after a pause, it is delivered again.
             logger.exception(
-                "could not complete request %s",
+                "could not complete request %s: given back to the queue",
                 message.correlation_id,
                 extra=self._fields(message),
             )
+            await self._give_back(message)
         except Exception:
             # A failure of ours outside the handler: never hold the request (and a slot)
             # forever. Rejected without requeue, it is dead-lettered and answered `rejected`.
@@ -546,6 +556,17 @@ class Worker:
                     await message.reject(requeue=False)
         finally:
             self._reporter.request_finished()
+
+    async def _give_back(self, message: aio_pika.abc.AbstractIncomingMessage) -> None:
+        """Requeue `message` after `_GIVE_BACK_PAUSE` (time for the channels to be restored):
+        a closed channel's delivery cannot be, and needs not (the broker requeued it). Each
+        redelivery counts against a quorum queue's delivery limit: a worker that can never
+        reply does not hold a request for ever."""
+        await asyncio.sleep(_GIVE_BACK_PAUSE)
+        if message.processed:
+            return
+        with contextlib.suppress(*_BROKER_ERRORS):  # MessageProcessError is an AMQPError
+            await message.nack(requeue=True)
 
     async def _refuse(self, message: aio_pika.abc.AbstractIncomingMessage, problem: str) -> None:
         """Answer a request whose protocol headers are not what the protocol allows."""

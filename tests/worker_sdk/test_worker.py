@@ -381,3 +381,68 @@ async def test_a_stop_while_starting_ends_the_worker_without_taking_a_request(
         finally:
             serving.cancel()
             await broker.delete_pool_objects(pool)
+
+
+async def test_a_reply_that_fails_on_a_live_request_channel_gives_the_request_back(
+    harness: Any, amqp_url: str
+) -> None:
+    """The reply fails (its channel closed) while the request's own channel lives: as when a
+    connection is restored with the request channel first and the reply channel not yet (a
+    cluster test's key went unanswered for minutes: each such request held unacked, with a
+    prefetch slot, for good). The worker gives the request back to its queue; delivered
+    again, it is answered. The fault is real: the worker's reply channel is swapped, for the
+    first reply only, for a channel the broker has closed."""
+    calls: list[bool] = []
+    spare = await aio_pika.connect(amqp_url)
+    closed = await spare.channel(publisher_confirms=False)
+    underlay = await closed.get_underlay_channel()
+    # The broker closes a channel that publishes to an exchange it does not have.
+    await underlay.basic_publish(b"", exchange=f"osrdyne-test-none-{uuid.uuid4().hex}")
+    await eventually(lambda: underlay.is_closed, what="the broker closed the channel")
+
+    def factory(settings: WorkerSettings) -> Worker:
+        worker = echo_worker(settings)
+
+        @worker.handler("once-unreplied")
+        async def once_unreplied(request: Request) -> bytes:
+            replier = worker._replier
+            assert replier is not None
+            calls.append(request.message.redelivered)
+            if len(calls) == 1:
+                working = replier._fast
+                replier._fast = closed
+
+                def restore() -> None:
+                    replier._fast = working
+
+                asyncio.get_running_loop().call_later(0.2, restore)
+            return b"answered"
+
+        return worker
+
+    try:
+        h = await harness(factory)
+        # Direct reply-to, as osrdyne.Client calls: the reply goes on the worker's
+        # unconfirmed channel (`Replier._fast`).
+        answers: asyncio.Queue[aio_pika.abc.AbstractIncomingMessage] = asyncio.Queue()
+        direct = await h.channel.get_queue("amq.rabbitmq.reply-to")
+
+        async def on_answer(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+            answers.put_nowait(message)
+
+        await direct.consume(on_answer, no_ack=True)
+        await h.channel.default_exchange.publish(
+            aio_pika.Message(
+                b"",
+                headers={"x-rpc-path": "once-unreplied"},
+                reply_to="amq.rabbitmq.reply-to",
+                correlation_id=uuid.uuid4().hex,
+            ),
+            routing_key=h.names.request_queue(h.key),
+        )
+        answer = await asyncio.wait_for(answers.get(), 30)
+        assert answer.body == b"answered"
+        assert calls == [False, True]  # the first reply failed; delivered again, answered
+        assert (await h.call(b"next")).body == b"next"  # and the worker serves on
+    finally:
+        await spare.close()
