@@ -85,10 +85,12 @@ def main() -> None:
     from pyspark.sql import functions as F  # noqa: N812
 
     raw = pipeline.trips(spark, args.rows, 42)
+    writer = raw.repartition(2).write.option("header", "true")
     if args.missing:
         missing = F.rand(7) < F.lit(args.missing)
         raw = raw.withColumn("fare", F.when(missing, F.lit(None)).otherwise(F.col("fare")))
-    raw.repartition(2).write.option("header", "true").option("nullValue", "NA").csv(str(src))
+        writer = raw.repartition(2).write.option("header", "true").option("nullValue", "NA")
+    writer.csv(str(src))
     checks_file = work / "checks.json"
     checks_file.write_text(json.dumps(CHECKS))
     declared = checks.Checks.load(str(checks_file))
