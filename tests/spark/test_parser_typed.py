@@ -228,3 +228,25 @@ def test_a_marker_left_out_of_the_plan_never_parses(spark: Any) -> None:
         row = spark.sql(f"SELECT array({tests})").collect()[0][0]
         parsed = [pair for pair, parses in zip(pairs, row, strict=True) if parses]
         assert parsed == []
+
+
+def test_dates_and_timestamps_in_other_digits_are_typed_alike(spark: Any, tmp_path: Path) -> None:
+    """Dates and timestamps are parser-typed whatever digits the source holds (the digit
+    scan is for integers): a date or time written in Arabic-Indic, fullwidth or Devanagari
+    digits is read the same way by Spark's parser and by the text path's cast."""
+    ddl = "d DATE, t TIMESTAMP, s STRING"
+    options = read_options.ReadOptions(schema_ddl=ddl)
+    schema = read_options.parse_schema(spark, ddl)
+    src = tmp_path / "digits.csv"
+    rows = ["d,t,s", "2013-01-01,2013-01-01 05:00:00,ok"]
+    for zero in ("\u0660", "\uff10", "\u0966"):
+        digit = {str(i): chr(ord(zero) + i) for i in range(10)}
+        date = "".join(digit.get(c, c) for c in "2013-01-02")
+        moment = "".join(digit.get(c, c) for c in "2013-01-02 06:07:08")
+        rows += [f"{date},2013-01-01 05:00:00,d", f"2013-01-01,{moment},t"]
+    src.write_text("\n".join(rows) + "\n", encoding="utf-8")
+
+    by_text, by_parser, typed = _both_ways(spark, src, schema, options)
+
+    assert typed == {"d", "t"}
+    assert by_parser == by_text and len(by_text) == 7
