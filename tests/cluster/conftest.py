@@ -405,22 +405,61 @@ def cluster(clusters: dict[int, Cluster], request: pytest.FixtureRequest) -> Clu
 async def healthy_cluster(cluster: Cluster) -> AsyncIterator[Cluster]:
     """All three nodes running for the test; whatever it did to them undone after it."""
     await asyncio.to_thread(cluster.restore)
-    await eventually(
-        lambda: _all_running(cluster), what="three running nodes", timeout=120, interval=0.5
-    )
+    await _all_running_again(cluster)
     try:
         yield cluster
     finally:
         await asyncio.to_thread(cluster.restore)
-        await eventually(
-            lambda: _all_running(cluster), what="three running nodes", timeout=120, interval=0.5
-        )
+        await _all_running_again(cluster)
 
 
 async def _all_running(cluster: Cluster) -> bool:
     with contextlib.suppress(RuntimeError, httpx.HTTPError):
         return await cluster.running() == set(NODES)
     return False
+
+
+#: How long the nodes get to be three, running, seeing no partition, before one that still
+#: reports a partition is restarted.
+_HEAL_WAIT = 60.0
+
+
+async def _all_running_again(cluster: Cluster) -> None:
+    """Wait until the three nodes run and see no partition. After a one-way cut, nodes can
+    keep reporting the partition once every link is back (seen in a CI run, 2026-11-29:
+    three tests after the one-way cut failed their set-up, the nodes never three again in
+    120 s); as after a pause (`Cluster.restore`), a node that still reports one after
+    `_HEAL_WAIT` is restarted, one at a time, which heals the cluster at a known moment."""
+    for _ in NODES:
+        with contextlib.suppress(AssertionError):
+            await eventually(
+                lambda: _all_running(cluster),
+                what="three running nodes",
+                timeout=_HEAL_WAIT,
+                interval=0.5,
+            )
+            return
+        stuck = await _partitioned(cluster)
+        if not stuck:
+            break
+        logging.getLogger(__name__).warning(
+            "cluster %d: node %d still reports a partition: restarting it", cluster.index, stuck[0]
+        )
+        await asyncio.to_thread(cluster.stop, stuck[0])
+        await asyncio.to_thread(cluster.restore)
+    await eventually(
+        lambda: _all_running(cluster), what="three running nodes", timeout=120, interval=0.5
+    )
+
+
+async def _partitioned(cluster: Cluster) -> list[int]:
+    """The nodes that answer and report a partition."""
+    with contextlib.suppress(RuntimeError, httpx.HTTPError):
+        nodes = await cluster.api("/nodes", columns="name,running,partitions")
+        return sorted(
+            cluster.number(n["name"]) for n in nodes if n.get("running") and n.get("partitions")
+        )
+    return []
 
 
 @pytest.fixture
@@ -433,12 +472,7 @@ async def cluster_pool(
     yield pool
     # The nodes restored first: deleting a quorum queue waits for its members that are down.
     await asyncio.to_thread(healthy_cluster.restore)
-    await eventually(
-        lambda: _all_running(healthy_cluster),
-        what="three running nodes",
-        timeout=120,
-        interval=0.5,
-    )
+    await _all_running_again(healthy_cluster)
     await healthy_cluster.delete_pool(pool)
 
 
