@@ -33,6 +33,7 @@ import argparse
 import asyncio
 import collections
 import contextlib
+import contextvars
 import dataclasses
 import json
 import logging
@@ -470,14 +471,27 @@ def install_hooks() -> None:
         if not hasattr(session_mod, name):
             raise SystemExit(f"bench hooks: osrdyne.controller._session has no {name} any more")
 
+    # The orphan's forward is its confirmed republish (`publish` returning), not its ack:
+    # the ack of a forward into a queue younger than `queues.young_queue_hold` waits for
+    # the queue to be that old, after the first answer has come.
+    forwarding: contextvars.ContextVar[ColdTimes | None] = contextvars.ContextVar(
+        "forwarding", default=None
+    )
+
     class TimedOrphans(OrphanProcessor):
         async def handle(self, message: Any) -> None:
             times = COLD.get(message.routing_key or "")
             if times is not None and times.orphan_arrived is None:
                 times.orphan_arrived = time.monotonic()
+            forwarding.set(times)  # this handler's task (and the commit it starts) only
             await super().handle(message)
-            if times is not None and times.forwarded is None and message.processed:
+
+        async def publish(self, send: Any, *, deadline: float | None = None) -> Any:
+            result = await super().publish(send, deadline=deadline)
+            times = forwarding.get()
+            if times is not None and times.forwarded is None:
                 times.forwarded = time.monotonic()
+            return result
 
     class TimedActivity(ActivityProcessor):
         async def handle(self, message: Any) -> None:
