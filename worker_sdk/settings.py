@@ -128,6 +128,15 @@ class WorkerSettings:
         gt=0,
         doc="Seconds to wait at start for the request queue to exist before giving up.",
     )
+    queue_missing_move_after: float = _setting(
+        10.0,
+        gt=0,
+        doc="Seconds the request queue may be missing (NOT_FOUND) on the broker node this "
+        "worker is connected to, while the worker waits to consume it, before it moves to the "
+        "next broker address (a node whose metadata stayed partitioned from the others after "
+        "a freeze does not see the queues declared on them); again after as long on each. "
+        "Only with several addresses; the whole wait is still bounded by `queue_wait_timeout`.",
+    )
     consumer_lost_after: float = _setting(
         15.0,
         gt=0,

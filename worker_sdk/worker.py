@@ -377,6 +377,7 @@ class Worker:
         """
         name = self.settings.requests_queue
         current = channel
+        missing = _Missing(connection, name, self.settings.queue_missing_move_after)
 
         @tenacity.retry(
             retry=tenacity.retry_if_exception_type(_BROKER_GONE),
@@ -387,8 +388,13 @@ class Worker:
         )
         async def attempt() -> _Consuming:
             nonlocal current
-            async with connection.channel() as spare:
-                await spare.declare_queue(name, passive=True)
+            try:
+                async with connection.channel() as spare:
+                    await spare.declare_queue(name, passive=True)
+            except aio_pika.exceptions.ChannelNotFoundEntity:
+                await missing.seen()
+                raise
+            missing.since = None
             if current.is_closed:
                 await _close_quietly(current)
                 current = await self._request_channel(connection)
@@ -697,6 +703,32 @@ class Worker:
         """Sends this worker's replies (set once its channels are open)."""
         assert self._replier is not None
         return self._replier
+
+
+class _Missing:
+    """How long the request queue has been missing on the connection's node: past
+    `move_after` seconds, the connection moves to its next address (`wire.move_on`). A node
+    back from a freeze longer than the Erlang tick can keep its metadata partitioned from the
+    others for good (RabbitMQ 3.10 heals nothing until it is restarted; docs/reliability.md):
+    it answers, and does not see the queues the controller declared on the majority."""
+
+    def __init__(
+        self, connection: aio_pika.abc.AbstractRobustConnection, queue: str, move_after: float
+    ) -> None:
+        self.connection = connection
+        self.queue = queue
+        self.move_after = move_after
+        #: When the queue was first found missing on this node (None: found, or not looked).
+        self.since: float | None = None
+
+    async def seen(self) -> None:
+        now = time.monotonic()
+        if self.since is None:
+            self.since = now
+        elif now - self.since >= self.move_after:
+            reason = f"request queue {self.queue} not found there for {now - self.since:.0f} s"
+            if await wire.move_on(self.connection, reason):
+                self.since = None
 
 
 async def _unless_set(stop: asyncio.Event, work: Awaitable[T]) -> T | None:

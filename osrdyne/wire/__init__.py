@@ -15,6 +15,7 @@ from osrdyne.wire._connections import (
     connect,
     connect_robust,
     join_urls,
+    move_on,
     split_urls,
 )
 from osrdyne.wire._deaths import Death
@@ -105,6 +106,7 @@ __all__ = [
     "join_urls",
     "key_problem",
     "lost_not_cancelled",
+    "move_on",
     "new_request_id",
     "order",
     "read_assignment",

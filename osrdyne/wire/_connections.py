@@ -230,5 +230,20 @@ class FailoverConnection(aio_pika.RobustConnection):
         self.reconnect_interval = self._base_interval
 
 
+async def move_on(connection: aio_pika.abc.AbstractConnection, reason: str) -> bool:
+    """Make a robust connection over several addresses leave its node for the next one (its
+    channels are restored there): for a node that answers but serves an old view (its
+    metadata partitioned from the others after a freeze). False, and nothing done, when the
+    connection has one address or is not connected."""
+    if not isinstance(connection, FailoverConnection) or len(connection.urls) < 2:
+        return False
+    transport = connection.transport
+    if transport is None or transport.connection.is_closed:
+        return False
+    logger.warning("leaving broker node %s: %s", _redacted(connection.node_url), reason)
+    await transport.connection.close(ConnectionError(reason))
+    return True
+
+
 def _redacted(url: yarl.URL) -> str:
     return str(url.with_password("******") if url.password else url)

@@ -446,3 +446,50 @@ async def test_a_reply_that_fails_on_a_live_request_channel_gives_the_request_ba
         assert (await h.call(b"next")).body == b"next"  # and the worker serves on
     finally:
         await spare.close()
+
+
+async def test_a_worker_whose_queue_is_missing_on_its_node_moves_to_the_next_address(
+    pool: str, amqp_url: str
+) -> None:
+    """A node that answers but does not see the request queue the controller declared (its
+    metadata partitioned from the others after a freeze; tests/cluster/test_node_loss.py
+    makes that for real): after `queue_missing_move_after` seconds of NOT_FOUND the worker
+    moves to its next address and serves there. Here the first address is a virtual host of
+    the broker of the test's own, with the pool's activity exchange and no request queue
+    (without the move, the worker waits there for `queue_wait_timeout`, 120 s)."""
+    names, key = PoolNames(pool), "k"
+    vhost = f"{pool}-stale"
+    url = urllib.parse.urlsplit(amqp_url)
+    user = urllib.parse.unquote(url.username or "guest")
+    stale = url._replace(path="/" + urllib.parse.quote(vhost, safe="")).geturl()
+    quoted = urllib.parse.quote(vhost, safe="")
+    async with broker.management() as http:
+        (await http.put(f"/vhosts/{quoted}")).raise_for_status()
+        everything = {"configure": ".*", "write": ".*", "read": ".*"}
+        (await http.put(f"/permissions/{quoted}/{user}", json=everything)).raise_for_status()
+    try:
+        async with raw_connection(stale) as connection:
+            channel = await connection.channel()
+            await channel.declare_exchange(names.activity_exchange, aio_pika.ExchangeType.FANOUT)
+        settings = broker.worker_settings(
+            pool, key, id="w-moves", amqp_uri=f"{stale},{amqp_url}", queue_missing_move_after=1.0
+        )
+        worker = echo_worker(settings)
+        async with raw_connection(amqp_url) as connection:
+            channel = await connection.channel()
+            await channel.declare_exchange(
+                names.activity_exchange, aio_pika.ExchangeType.FANOUT, auto_delete=True
+            )
+            await channel.declare_queue(names.request_queue(key), durable=True)
+            stop = asyncio.Event()
+            task = asyncio.create_task(worker.serve(stop), name="worker under test")
+            try:
+                h = Harness(worker, names, key, channel, [], stop, task)
+                assert (await h.call(b"moved", timeout=60)).body == b"moved"
+                assert not task.done()
+            finally:
+                stop.set()
+                await asyncio.wait_for(task, 30)
+    finally:
+        async with broker.management() as http:
+            await http.delete(f"/vhosts/{quoted}")
