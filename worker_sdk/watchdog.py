@@ -90,6 +90,10 @@ class Watchdog:
         if not future.done():
             self._abandoned.append(_Abandoned(future, what, self._clock()))
 
+    def running(self) -> int:
+        """How many abandoned handler threads still run."""
+        return sum(1 for a in self._abandoned if not a.future.done())
+
     def check(self) -> str | None:
         """Why the worker is wedged (a thread still running `grace` after its limit), or None."""
         now = self._clock()

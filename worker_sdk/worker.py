@@ -41,6 +41,11 @@ logger = logging.getLogger(__name__)
 
 #: Longest wait for one broker call while shutting down.
 _BROKER_STEP_TIMEOUT = 5.0
+#: Longest wait for the broker to take the consumer's cancel on SIGTERM: a broker that has
+#: not answered by then is taken as cut off (a live one answers in milliseconds).
+_CANCEL_TIMEOUT = 3.0
+#: Longest wait to close the connection of a worker cut off from its broker.
+_CUT_OFF_CLOSE_TIMEOUT = 1.0
 #: Failures of the broker or the connection: what is unacked then is redelivered.
 _BROKER_ERRORS = (
     aio_pika.exceptions.AMQPError,
@@ -151,10 +156,11 @@ class Worker:
             await self.serve(stop)
 
         asyncio.run(main())
-        if self.aborted is not None:
-            # A wedged handler thread would keep the interpreter from exiting: leave now.
+        if self.aborted is not None or self._watchdog.running():
+            # A handler thread still running (wedged, or abandoned by a stop) would keep the
+            # interpreter from exiting (it joins them): leave now.
             logging.shutdown()
-            os._exit(watchdog.EXIT_WEDGED)
+            os._exit(watchdog.EXIT_WEDGED if self.aborted is not None else 0)
 
     def abort(self, reason: str) -> None:
         """End this worker now, without draining: it cannot serve any more (a wedged handler,
@@ -178,6 +184,8 @@ class Worker:
         connection = await wire.connect_robust(
             s.amqp_uri, name=f"worker {s.id} ({s.pool})", reconnect_interval=1
         )
+        #: Stopping without a broker to answer: nothing to drain into, a short close.
+        cut_off = False
         try:
             channel = await self._request_channel(connection)
             # Confirmed publishes (activity, replies to named queues) on a channel of their
@@ -219,15 +227,11 @@ class Worker:
                 heartbeat.cancel()
                 return  # no drain: the connection closes, unacked requests are redelivered
             logger.info("stopping: no new requests, draining %d in flight", len(self._in_flight))
-            _, queue, tag = self._consuming
-            # Bounded: with the broker gone, a robust channel would wait for a reconnection
-            # that may never come, and the worker would ignore SIGTERM.
-            try:
-                async with asyncio.timeout(_BROKER_STEP_TIMEOUT):
-                    await queue.cancel(tag)
-            except (TimeoutError, *_BROKER_GONE):  # a channel closed under it too
-                logger.warning("could not cancel the consumer (broker unreachable?)")
-            await self._drain()
+            cut_off = not await self._cancel_consumer(connection)
+            if cut_off:
+                self._abandon()
+            else:
+                await self._drain()
             heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await heartbeat
@@ -235,7 +239,9 @@ class Worker:
                 await self._call(hook, self)
         finally:
             try:
-                async with asyncio.timeout(_BROKER_STEP_TIMEOUT):
+                async with asyncio.timeout(
+                    _CUT_OFF_CLOSE_TIMEOUT if cut_off else _BROKER_STEP_TIMEOUT
+                ):
                     if self._standby_closing is not None:
                         await self._standby_closing
                     await connection.close()
@@ -492,6 +498,38 @@ class Worker:
                     await self._reporter.emit(event, reason=reason)
         except _BROKER_GONE as exc:
             logger.warning("could not report %r to the controller: %s", event.value, exc)
+
+    async def _cancel_consumer(self, connection: aio_pika.abc.AbstractRobustConnection) -> bool:
+        """Stop the broker's deliveries on SIGTERM; False when the worker is cut off from its
+        broker: the connection is down (reconnecting), or the broker did not take the cancel
+        within `_CANCEL_TIMEOUT` (a silent node, a cut link: the connection is not known lost
+        yet). Bounded: a robust channel would wait for a reconnection that may never come,
+        and the worker would outlive its driver's `stop_timeout` (then be SIGKILLed)."""
+        assert self._consuming is not None
+        _, queue, tag = self._consuming
+        if not connection.connected.is_set():
+            logger.warning("stopping cut off from the broker (reconnecting)")
+            return False
+        try:
+            async with asyncio.timeout(_CANCEL_TIMEOUT):
+                await queue.cancel(tag)
+        except (TimeoutError, *_BROKER_GONE):  # a channel closed under it too
+            logger.warning("stopping cut off from the broker: the cancel went unanswered")
+            return False
+        return True
+
+    def _abandon(self) -> None:
+        """Stop the requests in flight without their answers: a worker cut off from its broker
+        can neither reply nor ack (acks belong to the channel the broker is losing), and the
+        broker requeues whatever that channel held once it drops the connection (its
+        heartbeat, or the socket closed as the process exits), for another worker to answer."""
+        if self._in_flight:
+            logger.warning(
+                "%d request(s) in flight abandoned: the broker will redeliver them",
+                len(self._in_flight),
+            )
+        for task in self._in_flight:
+            task.cancel()
 
     async def _drain(self) -> None:
         if not self._in_flight:

@@ -157,6 +157,17 @@ class RabbitNode:
             self.process.wait(STOP_TIMEOUT)
         self._wait(lambda: not _port_open(self.port), STOP_TIMEOUT, "AMQP port closed")
 
+    def pause(self) -> None:
+        """SIGSTOP every process of the node: its sockets stay open and silent (a node cut
+        off, as its clients see it until their heartbeats pass)."""
+        assert self.process is not None
+        os.killpg(self.process.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.process is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGCONT)
+
     def restart(self, *, hard: bool = False) -> None:
         self.crash() if hard else self.stop()
         self.start()
