@@ -33,12 +33,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import datetime
+import functools
 import json
 import time
-import uuid
 from collections.abc import AsyncGenerator, Callable
 from types import TracebackType
-from typing import Any
+from typing import Any, NamedTuple
 
 import aio_pika
 import aio_pika.abc
@@ -56,6 +56,12 @@ Body = bytes | str | dict[str, Any] | list[Any] | None
 
 #: Pause before a request whose publish met a lost connection is published again, seconds.
 _RESEND_PAUSE = 0.1
+#: What a publish meets when its connection is down (or going).
+_CONNECTION_ERRORS = (
+    aio_pika.exceptions.ChannelInvalidStateError,
+    aio_pika.exceptions.AMQPConnectionError,
+    ConnectionError,
+)
 
 
 def encode(body: Body) -> tuple[bytes, str | None]:
@@ -66,6 +72,13 @@ def encode(body: Body) -> tuple[bytes, str | None]:
     if isinstance(body, str):
         return body.encode(), "text/plain; charset=utf-8"
     return json.dumps(body).encode(), "application/json"
+
+
+class _Request(NamedTuple):
+    """A request as published: its body and AMQP properties."""
+
+    data: bytes
+    properties: aiormq.spec.Basic.Properties
 
 
 class _Call:
@@ -86,9 +99,9 @@ class _Call:
         release: Callable[[aio_pika.abc.AbstractChannel], None],
     ) -> None:
         self.pool, self.key, self.path, self.timeout = pool, key, path, timeout
-        self.correlation_id = uuid.uuid4().hex
-        #: Sorts by time across clients (UUIDv7), in the request's `message_id`.
-        self.request_id = wire.new_request_id()
+        #: Sorts by time across clients (UUIDv7), in the request's `message_id`; also its
+        #: `correlation_id` (unique among the client's calls: one id per call, not two).
+        self.request_id = self.correlation_id = wire.new_request_id()
         #: The channel the request went out on (its direct replies come back there).
         self.channel: aio_pika.abc.AbstractChannel | None = None
         self.span = tracing.start_call_span(pool, key, path)
@@ -211,6 +224,8 @@ class Client:
         self._calls: dict[str, _Call] = {}
         #: Request exchanges known to exist.
         self._exchanges: set[str] = set()
+        #: The request exchange of each pool whose exchange is known to exist.
+        self._exchange_names: dict[str, str] = {}
 
     async def __aenter__(self) -> Client:
         await self.connect()
@@ -288,7 +303,8 @@ class Client:
         when no final answer arrives within `timeout` seconds.
         """
         async with self._new_call(pool, key, timeout, path) as call:
-            await self._send_resending(call, body, headers)
+            request = self._request(call, body, headers)
+            await self._send_resending(call, request)
             interims = 0
             while True:
                 try:
@@ -301,7 +317,7 @@ class Client:
                     # deadline.
                     call.error = None
                     self.resends += 1
-                    await self._send_resending(call, body, headers)
+                    await self._send_resending(call, request)
                     continue
                 if not response.interim:
                     return response
@@ -321,7 +337,8 @@ class Client:
     ) -> AsyncGenerator[Response, None]:
         """Send a request; yield its interim messages, then its final response."""
         async with self._new_call(pool, key, timeout, path) as call:
-            await self._send_in_time(call, body, headers)
+            request = self._request(call, body, headers)
+            await self._send_in_time(call, request)
             while True:
                 response = await call.next()
                 yield response
@@ -331,14 +348,12 @@ class Client:
     def _may_resend(self, call: _Call) -> bool:
         return self.resend and not self._closing and call.time_left > 0 and not call.answered
 
-    async def _send_resending(
-        self, call: _Call, body: Body, headers: dict[str, Any] | None
-    ) -> None:
+    async def _send_resending(self, call: _Call, request: _Request) -> None:
         """`_send_in_time`, published again when the connection is lost under the publish
         (`resend`), after a short pause, within the deadline."""
         while True:
             try:
-                await self._send_in_time(call, body, headers)
+                await self._send_in_time(call, request)
                 return
             except exceptions.ConnectionLost:
                 if not self._may_resend(call):
@@ -351,27 +366,61 @@ class Client:
             raise exceptions.ClientError("client is not connected: use `async with Client()`")
         return _Call(self._calls, pool, key, timeout, path, self._channel.release)
 
-    async def _send_in_time(self, call: _Call, body: Body, headers: dict[str, Any] | None) -> None:
-        """`_send` within the call's deadline: a publish waiting for a connection, a channel
-        or a confirm (a node lost under it) ends the call with `RequestTimeout` at its
-        deadline, like a call whose answer never comes."""
+    async def _send_in_time(self, call: _Call, request: _Request) -> None:
+        """Publish the request of `call` (confirmed when `confirm`) within its deadline: a
+        publish waiting for a connection, a channel or a confirm (a node lost under it) ends
+        the call with `RequestTimeout` at its deadline, like a call whose answer never comes.
+
+        The fast path (the channel open and ready, the pool's exchange known): one publish,
+        bounded by aiormq's own timeout (the confirm's bound or the deadline, whichever is
+        first), without a timer, a retry loop or a task of ours. Anything else, and a first
+        publish refused, takes `_publish` in a timeout of the call's deadline."""
+        after: BaseException | None = None
+        if call.channel is None and self._channel is not None:
+            exchange = self._exchange_names.get(call.pool)
+            held = self._channel.try_acquire() if exchange is not None else None
+            if held is not None:
+                assert exchange is not None
+                call.channel, underlay = held
+                try:
+                    await self._publish_on(underlay, call, exchange, request, fast=True)
+                    return
+                except exceptions.RequestRefused as exc:
+                    if isinstance(exc.__cause__, wire.Unconfirmed) and call.time_left <= 0:
+                        raise self._deadline_error(call) from None  # no confirm by then
+                    call.refused = exc
+                    await self._channel.renew(call.channel)
+                    if not wire.is_transient(exc) or call.time_left <= 0:
+                        raise
+                    after = exc
+                except exceptions.ConnectionLost as exc:
+                    if not wire.is_transient(exc):
+                        raise
+                    after = exc
         try:
             async with asyncio.timeout(max(0.0, call.time_left)):
-                await self._send(call, body, headers)
+                await self._publish(call, request, after=after)
         except TimeoutError:
-            if call.refused is not None:
-                # Refused until its deadline, which came while it was published again (a
-                # pause, or a try still waiting for its confirm): the refusal is the answer.
-                raise exceptions.RequestRefused(
-                    f"{call.refused} (published again until the call's deadline, {call.timeout}s)"
-                ) from call.refused
-            raise exceptions.RequestTimeout(
-                f"request to pool {call.pool!r} key {call.key!r} not published within "
-                f"{call.timeout}s"
-            ) from None
+            raise self._deadline_error(call) from None
 
-    async def _send(self, call: _Call, body: Body, headers: dict[str, Any] | None) -> None:
-        """Publish the request of `call` (confirmed when `confirm`)."""
+    @staticmethod
+    def _deadline_error(call: _Call) -> exceptions.RequestTimeout | exceptions.RequestRefused:
+        """What a call ends with when its deadline comes before its request is published."""
+        if call.refused is not None:
+            # Refused until its deadline, which came while it was published again (a pause,
+            # or a try still waiting for its confirm): the refusal is the answer.
+            error = exceptions.RequestRefused(
+                f"{call.refused} (published again until the call's deadline, {call.timeout}s)"
+            )
+            error.__cause__ = call.refused
+            return error
+        return exceptions.RequestTimeout(
+            f"request to pool {call.pool!r} key {call.key!r} not published within {call.timeout}s"
+        )
+
+    def _request(self, call: _Call, body: Body, headers: dict[str, Any] | None) -> _Request:
+        """The request of `call` as published, built once: every publish of it (a retry, a
+        resend) is the same message."""
         data, content_type = encode(body)
         if len(data) > self.max_body:
             raise exceptions.RequestTooLarge(
@@ -383,27 +432,34 @@ class Client:
         if call.path is not None:
             all_headers[Header.RPC_PATH] = call.path
         # Properties built here and published on the underlying aiormq channel: aio-pika's
-        # Message costs ~30 µs a request and adds nothing a client call needs.
-        properties = aiormq.spec.Basic.Properties(
+        # Message costs ~30 µs a request and adds nothing a client call needs; encoded in
+        # one pass (`wire.Properties`).
+        properties = wire.Properties(
             content_type=content_type,
             # Persistent: a classic queue (the orphan queue) keeps it across a broker restart.
-            delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+            delivery_mode=2,
             headers=all_headers,
             correlation_id=call.correlation_id,
             message_id=call.request_id,
             reply_to=self.reply_queue or DIRECT_REPLY_TO,
-            expiration=str(max(0, int(call.timeout * 1000))) if self.expire else None,
+            expiration=self._expiration(call.timeout) if self.expire else None,
             timestamp=datetime.datetime.now(datetime.UTC),
         )
-        await self._publish(call, data, properties)
+        return _Request(data, properties)
+
+    @staticmethod
+    @functools.lru_cache(maxsize=64)
+    def _expiration(timeout: float) -> str:
+        return str(max(0, int(timeout * 1000)))
 
     async def _publish(
-        self, call: _Call, data: bytes, properties: aiormq.spec.Basic.Properties
+        self, call: _Call, request: _Request, *, after: BaseException | None = None
     ) -> None:
         """Publish on the current channel, held by `call` until it ends. A refusal that
         passes (a negative confirm, the channel closed by the broker) is published again,
         the same message, on a fresh channel after a growing pause, until the call's deadline
-        (`wire.RenewingChannel.retrying`); then the last refusal is raised."""
+        (`wire.RenewingChannel.retrying`); then the last refusal is raised. `after`: the
+        refusal of a first publish (the fast path's): the loop starts with its pause."""
         assert self._connection is not None and self._channel is not None
         if not self._connection.connected.is_set():
             # Reconnecting (its node was lost): the call waits for it, within its deadline.
@@ -416,7 +472,7 @@ class Client:
                     f"{call.timeout}s: the connection to the broker was down until the call's "
                     "deadline (reconnecting)"
                 ) from None
-        async for attempt in self._channel.retrying(call.deadline):
+        async for attempt in self._channel.retrying(call.deadline, after=after):
             with attempt:
                 if call.answered:
                     return  # a refused try was taken after all, and answered
@@ -428,7 +484,15 @@ class Client:
                     call.error = None
                 call.channel = await self._channel.acquire()
                 try:
-                    await self._publish_on(call.channel, call.pool, call.key, data, properties)
+                    with wire.lost_not_cancelled(f"request to pool {call.pool!r}"):
+                        exchange = await self._exchange(call.pool)
+                        underlay = await call.channel.get_underlay_channel()
+                except _CONNECTION_ERRORS as exc:
+                    raise exceptions.ConnectionLost(
+                        f"cannot publish to pool {call.pool!r} while the connection is down: {exc}"
+                    ) from exc
+                try:
+                    await self._publish_on(underlay, call, exchange, request)
                 except exceptions.RequestRefused as exc:
                     call.refused = exc
                     await self._channel.renew(call.channel)
@@ -436,36 +500,55 @@ class Client:
 
     async def _publish_on(
         self,
-        on: aio_pika.abc.AbstractChannel,
-        pool: str,
-        key: str,
-        data: bytes,
-        properties: aiormq.spec.Basic.Properties,
+        channel: aiormq.abc.AbstractChannel,
+        call: _Call,
+        exchange: str,
+        request: _Request,
+        *,
+        fast: bool = False,
     ) -> None:
+        """One publish of `request`, answered (confirmed or refused) within the confirm's
+        bound (`wire.CONFIRM_TIMEOUT`; `fast`: or the call's deadline if sooner), else
+        refused as `wire.Unconfirmed`."""
+        pool, key = call.pool, call.key
+        bound = wire.CONFIRM_TIMEOUT
+        if fast:
+            bound = min(bound, max(0.0, call.time_left))
         try:
-            with wire.lost_not_cancelled(f"request to pool {pool!r}"):
-                exchange = await self._exchange(pool)
-                channel = await on.get_underlay_channel()
-                async with wire.confirmed_within(wire.CONFIRM_TIMEOUT, f"pool {pool!r}"):
-                    result = await channel.basic_publish(
-                        data,
-                        exchange=exchange,
-                        routing_key=key,
-                        properties=properties,
-                        mandatory=True,
-                    )
-        except (
-            aio_pika.exceptions.ChannelInvalidStateError,
-            aio_pika.exceptions.AMQPConnectionError,
-            ConnectionError,
-        ) as exc:
+            result = await channel.basic_publish(
+                request.data,
+                exchange=exchange,
+                routing_key=key,
+                properties=request.properties,
+                mandatory=True,
+                timeout=bound,
+            )
+        except asyncio.CancelledError as exc:
+            # aiormq ends the futures of a connection found stuck with CancelledError; a
+            # real cancellation of this task goes through (`wire.lost_not_cancelled`).
+            task = asyncio.current_task()
+            if task is None or task.cancelling():
+                raise
+            raise exceptions.ConnectionLost(
+                f"request to pool {pool!r}: the connection was lost under it (found stuck)"
+            ) from exc
+        except TimeoutError:
+            # No answer in time, from a channel that may have lost track of the queue: a
+            # refusal, published again on a fresh channel (`wire.Unconfirmed`).
+            unconfirmed = wire.Unconfirmed(
+                f"pool {pool!r}: the broker neither confirmed nor refused a publish within "
+                f"{bound:.3g} s"
+            )
+            raise exceptions.RequestRefused(
+                f"the broker did not take the request for pool {pool!r} key {key!r}: {unconfirmed}"
+            ) from unconfirmed
+        except _CONNECTION_ERRORS as exc:
             raise exceptions.ConnectionLost(
                 f"cannot publish to pool {pool!r} while the connection is down: {exc}"
             ) from exc
-        except (aiormq.exceptions.DeliveryError, wire.Unconfirmed) as exc:
+        except aiormq.exceptions.DeliveryError as exc:
             # A negative confirm: e.g. the key's quorum queue has no leader for a moment
-            # after a cluster node was lost; or none in time, from a channel that lost track
-            # of the queue. Published again on a fresh channel.
+            # after a cluster node was lost. Published again on a fresh channel.
             raise exceptions.RequestRefused(
                 f"the broker did not take the request for pool {pool!r} key {key!r}: {exc}"
             ) from exc
@@ -475,8 +558,8 @@ class Client:
             if "max size" not in str(exc):
                 raise
             raise exceptions.RequestTooLarge(
-                f"the broker refused a body of {len(data)} bytes (set max_body to the "
-                f"broker's max_message_size): {exc}"
+                f"the broker refused a body of {len(request.data)} bytes (set max_body to "
+                f"the broker's max_message_size): {exc}"
             ) from exc
         except aiormq.exceptions.ChannelClosed as exc:
             if not wire.is_transient(exc):
@@ -497,6 +580,9 @@ class Client:
     async def _exchange(self, pool: str) -> str:
         """The pool's request exchange, checked once on a spare channel: publishing to a
         missing exchange would close the channel every pending call waits on."""
+        known = self._exchange_names.get(pool)
+        if known is not None:
+            return known
         name = PoolNames(pool).request_exchange
         if name not in self._exchanges:
             assert self._connection is not None
@@ -509,6 +595,7 @@ class Client:
                     "running for it?"
                 ) from exc
             self._exchanges.add(name)
+        self._exchange_names[pool] = name
         return name
 
     # -- replies --------------------------------------------------------------------------
@@ -543,6 +630,7 @@ class Client:
 
     async def _on_reconnect(self, *_: Any) -> None:
         self._exchanges.clear()
+        self._exchange_names.clear()
 
     def _fail_all(self, error: Exception) -> None:
         for call in self._calls.values():

@@ -46,6 +46,7 @@ from osrdyne.wire._names import (
     key_problem,
 )
 from osrdyne.wire._pamqp import any_queue_name
+from osrdyne.wire._properties import Properties
 from osrdyne.wire._publish_retry import (
     CONFIRM_TIMEOUT,
     Unconfirmed,
@@ -85,6 +86,7 @@ __all__ = [
     "MAX_REQUEST_ID",
     "MAX_RPC_PATH_BYTES",
     "PoolNames",
+    "Properties",
     "RenewingChannel",
     "Status",
     "TRACE_HEADERS",

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import aiormq.exceptions
 import pamqp.commands
@@ -121,40 +122,72 @@ def deadline_from_header(value: Any) -> float | None:
     return time.monotonic() + (float(value) / 1000 - time.time())
 
 
+@dataclasses.dataclass
+class _Tries:
+    attempt_number: int
+
+
 def retrying(
-    deadline: float | None, *, name: str, on_retry: Callable[[], None] | None = None
+    deadline: float | None,
+    *,
+    name: str,
+    on_retry: Callable[[], None] | None = None,
+    after: BaseException | None = None,
 ) -> tenacity.AsyncRetrying:
     """The retry loop of one publish: transient refusals (`is_transient`) retried with a
     jittered exponential pause until `deadline` (`time.monotonic()`; None: `DEFAULT_RETRY_FOR`
     from now), never sleeping past it; the last error re-raised. At least one attempt, even
-    when the deadline has passed. `on_retry()` is called before each pause."""
+    when the deadline has passed. `on_retry()` is called before each pause.
+
+    `after`: the transient refusal of a first try made outside the loop (a publisher's fast
+    path: tenacity's machinery costs more than the publish it guards): the loop's first try
+    comes after that refusal's pause, and the pauses go on growing from there."""
     if deadline is None:
         deadline = time.monotonic() + DEFAULT_RETRY_FOR
+    tried = 0 if after is None else 1
 
     growing = tenacity.wait_exponential_jitter(multiplier=FIRST_PAUSE, max=MAX_PAUSE)
 
+    def pause_after(attempts: int) -> float:
+        # The wait reads only the attempt number of the state it is given.
+        tries = cast(tenacity.RetryCallState, _Tries(attempts))
+        return max(0.0, min(growing(tries), deadline - time.monotonic()))
+
     def pause(state: tenacity.RetryCallState) -> float:
-        return max(0.0, min(growing(state), deadline - time.monotonic()))
+        return pause_after(state.attempt_number + tried)
 
     def past_deadline(state: tenacity.RetryCallState) -> bool:
         return time.monotonic() + (state.upcoming_sleep or 0.0) >= deadline
 
-    def before_sleep(state: tenacity.RetryCallState) -> None:
+    def announce(error: BaseException | None, upcoming: float, attempt: int) -> None:
         if on_retry is not None:
             on_retry()
-        error = state.outcome.exception() if state.outcome is not None else None
         logger.info(
             "%s: the broker refused a publish (%r); publishing it again in %.2f s (try %d)",
             name,
             error,
-            state.upcoming_sleep,
-            state.attempt_number + 1,
+            upcoming,
+            attempt + 1,
         )
+
+    def before_sleep(state: tenacity.RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome is not None else None
+        announce(error, state.upcoming_sleep, state.attempt_number + tried)
+
+    async def first_pause(state: tenacity.RetryCallState) -> None:
+        if after is None or state.attempt_number != 1:
+            return
+        upcoming = pause_after(1)
+        if time.monotonic() + upcoming >= deadline:
+            raise after  # no time left for another try: the first refusal is the answer
+        announce(after, upcoming, 1)
+        await asyncio.sleep(upcoming)
 
     return tenacity.AsyncRetrying(
         retry=tenacity.retry_if_exception(is_transient),
         stop=past_deadline,
         wait=pause,
+        before=first_pause,
         before_sleep=before_sleep,
         reraise=True,
     )

@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 
 import aio_pika.abc
 import aio_pika.exceptions
+import aiormq.abc
 import aiormq.exceptions
 import tenacity
 
@@ -95,6 +96,13 @@ class RenewingChannel:
         self._prepared: weakref.WeakKeyDictionary[aio_pika.abc.AbstractChannel, asyncio.Event] = (
             weakref.WeakKeyDictionary()
         )
+        #: The aiormq channel under each channel, as of its last (re)opening.
+        self._underlays: weakref.WeakKeyDictionary[
+            aio_pika.abc.AbstractChannel, aiormq.abc.AbstractChannel
+        ] = weakref.WeakKeyDictionary()
+        #: The current channel and its aiormq channel while it is open and prepared (the fast
+        #: path of `try_acquire`); None otherwise.
+        self._ready: tuple[aio_pika.abc.AbstractChannel, aiormq.abc.AbstractChannel] | None = None
         self._lock = asyncio.Lock()
         self._closing: set[asyncio.Task[None]] = set()
         #: Channels replaced after a refusal (tests and metrics read it).
@@ -119,8 +127,9 @@ class RenewingChannel:
         if current is None or self._lost(current):
             async with self._lock:
                 if self._current is None or self._lost(self._current):
-                    self._current = await self._open()
+                    self._set_current(await self._open())
                 current = self._current
+                assert current is not None
         prepared = self._prepared.get(current)
         if prepared is not None and not prepared.is_set():
             # Its connection is coming back, or the broker closed the channel: the robust
@@ -149,6 +158,8 @@ class RenewingChannel:
 
         def closed(*_: Any) -> None:
             prepared.clear()
+            if self._ready is not None and self._ready[0] is channel:
+                self._ready = None
             if self._on_lost is not None and channel not in self._retired:
                 self._on_lost(channel)
 
@@ -158,14 +169,36 @@ class RenewingChannel:
             async def reopened(_: Any) -> None:
                 if self._on_open is not None:
                     await self._on_open(channel)
+                self._underlays[channel] = await channel.get_underlay_channel()
+                if channel is self._current:
+                    self._ready = (channel, self._underlays[channel])
                 prepared.set()
 
             channel.reopen_callbacks.add(reopened)
         if self._on_open is not None:
             await self._on_open(channel)
+        self._underlays[channel] = await channel.get_underlay_channel()
         prepared.set()
         self._opened_at = time.monotonic()
         return channel
+
+    def _set_current(self, channel: aio_pika.abc.AbstractChannel) -> None:
+        self._current = channel
+        underlay = self._underlays.get(channel)
+        self._ready = None if underlay is None else (channel, underlay)
+
+    def try_acquire(
+        self,
+    ) -> tuple[aio_pika.abc.AbstractChannel, aiormq.abc.AbstractChannel] | None:
+        """The current channel and its aiormq channel, held until `release`, when it is open
+        and ready now; None when it must be waited for (`acquire`): a publisher's fast path,
+        without an await."""
+        ready = self._ready
+        if ready is None or ready[1].is_closed:
+            return None
+        channel = ready[0]
+        self._holds[channel] = self._holds.get(channel, 0) + 1
+        return ready
 
     async def acquire(self) -> aio_pika.abc.AbstractChannel:
         """The current channel, held until `release`."""
@@ -202,7 +235,7 @@ class RenewingChannel:
             elif time.monotonic() - self._opened_at < self._min_age:
                 return None
             fresh = await self._open()
-            self._current = fresh
+            self._set_current(fresh)
             self.renewals += 1
         self._retired.add(refused)
         logger.warning(
@@ -215,10 +248,15 @@ class RenewingChannel:
             self._close_later(refused)
         return fresh
 
-    def retrying(self, deadline: float | None = None) -> tenacity.AsyncRetrying:
+    def retrying(
+        self, deadline: float | None = None, *, after: BaseException | None = None
+    ) -> tenacity.AsyncRetrying:
         """The retry loop of one publish (`_publish_retry.retrying`), counted in `retries`:
-        for publishers that hold the channel themselves (the client's calls)."""
-        return _publish_retry.retrying(deadline, name=self._name, on_retry=self._count_retry)
+        for publishers that hold the channel themselves (the client's calls). `after`: the
+        refusal of a first try made outside the loop."""
+        return _publish_retry.retrying(
+            deadline, name=self._name, on_retry=self._count_retry, after=after
+        )
 
     def _count_retry(self) -> None:
         self.retries += 1
@@ -274,7 +312,7 @@ class RenewingChannel:
     async def close(self) -> None:
         """Close every channel (the current one and the retired ones)."""
         channels = {c for c in (self._current, *self._retired, *self._holds) if c is not None}
-        self._current = None
+        self._current = self._ready = None
         for channel in channels:
             self._retired.add(channel)
             with contextlib.suppress(Exception):
