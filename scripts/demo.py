@@ -63,9 +63,22 @@ async def remove_pool(settings: Settings) -> None:
         await api.close()
 
 
+def broker() -> dict[str, Any]:
+    """The broker `scripts/ensure_broker.sh` printed, when its lines are in the environment
+    (`RABBITMQ_URL`, `RABBITMQ_MANAGEMENT_URL`: e.g. RabbitMQ 4.0 with `--version 4`), as the
+    tests take them; else the settings' own (OSRDYNE_AMQP__*, default the local 3.10)."""
+    found: dict[str, Any] = {}
+    if url := os.environ.get("RABBITMQ_URL"):
+        found["url"] = url
+    if management := os.environ.get("RABBITMQ_MANAGEMENT_URL"):
+        found["management_url"] = management
+    return {"amqp": found} if found else {}
+
+
 def settings(root: Path) -> Settings:
     return Settings(
         pool=POOL,
+        **broker(),
         groups={"unbind_delay": 60, "stop_delay": 30, "loop_interval": 2},
         api={"port": 0},
         driver={

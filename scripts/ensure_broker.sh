@@ -2,17 +2,55 @@
 # Make sure a RabbitMQ broker with the management plugin answers, with an open-files limit fit
 # for many quorum queues, and print where it is.
 #
-# With RABBITMQ_URL set, that broker is used as it is (its management API is expected at
-# RABBITMQ_MANAGEMENT_URL, default http://<host>:15672). Otherwise the local node on
-# 127.0.0.1:5672: installed with apt-get where missing, started when stopped, restarted when it
-# no longer answers (a wedged node: port closed or management API silent), its management
-# plugin enabled, and (re)started with the open-files limit RabbitMQ's production checklist
-# asks for (RABBITMQ_NOFILE, default 65536, or the highest the machine allows). A node running
-# with a lower limit is restarted to raise it unless OSRDYNE_KEEP_BROKER=1; every decision is
-# said on stderr. Idempotent; used by the demo, the tests and CI alike.
+#   scripts/ensure_broker.sh                 the shared RabbitMQ 3.10 on 127.0.0.1:5672
+#   scripts/ensure_broker.sh --version 4     RabbitMQ 4.0 on 127.0.0.1:5700 (beside it)
+#   scripts/ensure_broker.sh --version 4 --stop
+#
+# Either way the last lines on stdout are where it is, for the demo and the tests:
+#   RABBITMQ_URL=amqp://guest:guest@127.0.0.1:<port>/%2F
+#   RABBITMQ_MANAGEMENT_URL=http://127.0.0.1:<port>
+# and every decision is said on stderr. Idempotent; used by the demo, the tests and CI alike.
+#
+# 3.10 (Debian 12's package, the default): with RABBITMQ_URL set, that broker is used as it is
+# (its management API is expected at RABBITMQ_MANAGEMENT_URL, default http://<host>:15672).
+# Otherwise the local node on 127.0.0.1:5672: installed with apt-get where missing, started
+# when stopped, restarted when it no longer answers (a wedged node: port closed or management
+# API silent), its management plugin enabled, and (re)started with the open-files limit
+# RabbitMQ's production checklist asks for (RABBITMQ_NOFILE, default 65536, or the highest the
+# machine allows). A node running with a lower limit is restarted to raise it unless
+# OSRDYNE_KEEP_BROKER=1. It is shared (other people's tests, the demo): `--stop` refuses it.
+#
+# 4.0 (Debian 13's package, 4.0.5 on Erlang 27): a node of its own, osrdyne-rabbitmq4@localhost,
+# run from the Debian 13 root of scripts/rabbitmq_root.sh (made once, cached under
+# /var/lib/osrdyne-rabbitmq), its data under /var/lib/osrdyne-rabbitmq/broker-4.0: AMQP on
+# 5700, management on 15700, Prometheus on 15701, Erlang distribution on 25700, the
+# management, Prometheus and event exchange plugins, the same open-files limit, and every
+# deprecated feature RabbitMQ 4.0 still permits switched off (what a careful operator does;
+# docs/operations.md). RABBITMQ_URL is not looked at. `--stop` stops it and ends its VM.
 set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/_rabbitmq_nodes.sh
 
 log() { echo "ensure_broker: $*" >&2; }
+
+version=3
+stop=0
+while (($#)); do
+  case $1 in
+    --version) [[ $# -ge 2 ]] || { log "--version needs 3 or 4"; exit 2; }; version=$2; shift 2 ;;
+    --stop) stop=1; shift ;;
+    *) log "usage: $0 [--version 3|4] [--stop]"; exit 2 ;;
+  esac
+done
+case $version in
+  3 | 3.10) version=3 ;;
+  4 | 4.0) version=4 ;;
+  *) log "no RabbitMQ $version here: 3 (3.10, Debian 12's) or 4 (4.0, Debian 13's)"; exit 2 ;;
+esac
+if ((stop)) && [[ $version == 3 ]]; then
+  log "the 3.10 broker on 5672 is shared (other people's tests, the demo): not stopping it"
+  exit 2
+fi
 
 port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
 
@@ -40,8 +78,21 @@ print(min(totals) if totals and all(isinstance(t, int) for t in totals) else "")
   done
 }
 
+print_urls() {  # print_urls AMQP_PORT MANAGEMENT_PORT
+  echo "RABBITMQ_URL=amqp://guest:guest@127.0.0.1:$1/%2F"
+  echo "RABBITMQ_MANAGEMENT_URL=http://127.0.0.1:$2"
+}
+
+if [[ $version == 4 ]]; then
+  source scripts/_rabbitmq4_broker.sh
+  exit 0
+fi
+
 if [[ -n "${RABBITMQ_URL:-}" ]]; then
   log "using the broker at RABBITMQ_URL"
+  echo "RABBITMQ_URL=$RABBITMQ_URL"
+  host=${RABBITMQ_URL#*://}; host=${host#*@}; host=${host%%[:/?]*}
+  echo "RABBITMQ_MANAGEMENT_URL=${RABBITMQ_MANAGEMENT_URL:-http://${host:-127.0.0.1}:15672}"
   exit 0
 fi
 
@@ -146,3 +197,4 @@ if ! event_exchange_answers; then
     log "rabbitmq_event_exchange could not be enabled: controllers fall back to listings"
 fi
 log "RabbitMQ and its management API answer on 127.0.0.1 (open-files limit ${fds:-unknown})"
+print_urls 5672 15672
