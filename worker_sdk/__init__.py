@@ -13,8 +13,8 @@ too, so both log alike) are imported from osrdyne: the SDK never depends on the 
 """
 
 from worker_sdk.errors import HandlerError, Requeue
-from worker_sdk.request import Request
+from worker_sdk.request import Reply, Request
 from worker_sdk.settings import WorkerSettings
 from worker_sdk.worker import Worker
 
-__all__ = ["HandlerError", "Request", "Requeue", "Worker", "WorkerSettings"]
+__all__ = ["HandlerError", "Reply", "Request", "Requeue", "Worker", "WorkerSettings"]

@@ -10,6 +10,7 @@ named reply queues, an unconfirmed one for direct reply-to) is a concern of its 
 from __future__ import annotations
 
 import traceback
+from collections.abc import Mapping
 from typing import Any
 
 import aio_pika.abc
@@ -58,12 +59,15 @@ class Replier:
         status: str,
         content_type: str | None = "application/json",
         interim: bool = False,
+        extra: Mapping[str, Any] | None = None,
     ) -> None:
         """Publish `body` to the request's `reply_to` (nothing when it has none); `interim`
-        marks a progress message (`x-non-terminating`)."""
+        marks a progress message (`x-non-terminating`); `extra`: the handler's own headers
+        (the protocol's win)."""
         if not message.reply_to:
             return
-        headers: dict[str, Any] = {Header.STATUS: status}
+        headers: dict[str, Any] = {**extra} if extra else {}
+        headers[Header.STATUS] = status
         if interim:
             headers[Header.NON_TERMINATING] = True
         tracing.inject(headers)  # the handler's span, when tracing is on

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import aio_pika.abc
@@ -25,6 +26,23 @@ def encode_body(value: Any) -> tuple[bytes, str | None]:
     if isinstance(value, str):
         return value.encode(), "text/plain; charset=utf-8"
     return json.dumps(value, default=str).encode(), "application/json"
+
+
+@dataclasses.dataclass(frozen=True)
+class Reply:
+    """What a handler may return to put headers of its own on its answer: `body` is encoded
+    as any return value is (`encode_body`), or sent as-is with `content_type` when that is
+    given; the protocol's headers (`x-status`, tracing) are the worker's and win over
+    `headers`."""
+
+    body: Any
+    headers: Mapping[str, str | int | bool] = dataclasses.field(default_factory=dict)
+    content_type: str | None = None
+
+    def encoded(self) -> tuple[bytes, str | None]:
+        if self.content_type is not None and isinstance(self.body, bytes):
+            return self.body, self.content_type
+        return encode_body(self.body)
 
 
 class Request:

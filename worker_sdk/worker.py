@@ -672,8 +672,15 @@ class Worker:
             await self._replies.send(message, body, status=self.settings.error_status)
         else:
             self._count("ok")
-            data, content_type = request.encode_body(result)
-            await self._replies.send(message, data, content_type=content_type, status=Status.OK)
+            extra = None
+            if isinstance(result, request.Reply):
+                data, content_type = result.encoded()
+                extra = result.headers
+            else:
+                data, content_type = request.encode_body(result)
+            await self._replies.send(
+                message, data, content_type=content_type, status=Status.OK, extra=extra
+            )
         await message.ack()
 
     async def _within_limit(self, req: request.Request) -> Any:

@@ -21,7 +21,7 @@ from tests import broker
 from tests.conftest import raw_connection
 from tests.tcp_proxy import TcpProxy
 from tests.waiting import eventually
-from worker_sdk import HandlerError, Request, Requeue, Worker, WorkerSettings
+from worker_sdk import HandlerError, Reply, Request, Requeue, Worker, WorkerSettings
 
 
 @dataclass
@@ -126,6 +126,14 @@ def echo_worker(settings: WorkerSettings) -> Worker:
     async def refuse(request: Request) -> None:
         raise HandlerError("not today", details={"why": "testing"})
 
+    @worker.handler("reply")
+    def reply(request: Request) -> Reply:
+        return Reply({"got": request.json()}, headers={"x-mine": "yes", "x-status": "forged"})
+
+    @worker.handler("encoded")
+    def encoded(request: Request) -> Reply:
+        return Reply(b'{"n": 1}', headers={"x-count": 3}, content_type="application/json")
+
     return worker
 
 
@@ -135,6 +143,17 @@ async def test_handlers_by_path_sync_ones_off_the_event_loop(harness: Any) -> No
     thread = await h.call(path="thread")
     assert thread.ok and thread.text.startswith("handler")
     assert (await h.call(b'{"a": 1}', path="json")).json() == {"got": {"a": 1}}
+
+
+async def test_a_handler_reply_carries_its_own_headers_but_not_over_the_protocols(
+    harness: Any,
+) -> None:
+    h = await harness(echo_worker)
+    answer = await h.call(b'{"a": 1}', path="reply")
+    assert answer.ok and answer.json() == {"got": {"a": 1}}  # x-status stays the worker's
+    assert answer.headers["x-mine"] == "yes"
+    encoded = await h.call(path="encoded")
+    assert encoded.ok and encoded.body == b'{"n": 1}' and encoded.headers["x-count"] == 3
 
 
 async def test_failures_are_error_responses_with_details(harness: Any) -> None:
@@ -153,7 +172,7 @@ async def test_failures_are_error_responses_with_details(harness: Any) -> None:
     assert doc["details"] == {"why": "testing"}
     unknown = await h.call(path="nope")
     assert unknown.status == "core_error"
-    assert unknown.json()["details"]["known_paths"] == ["json", "refuse", "thread"]
+    assert unknown.json()["details"]["known_paths"] == ["encoded", "json", "refuse", "reply", "thread"]
     bad_json = await h.call(b"{", path="json")
     assert bad_json.status == "core_error" and "JSONDecodeError" in bad_json.json()["error"]
     assert h.worker.stats["failed"] == 3
