@@ -34,14 +34,23 @@ pytestmark = pytest.mark.timeout(600)
 BY_DESIGN = "reply lost by design (direct reply-to)"
 
 
+#: How long one request of the load is published again while the node is away: longer than
+#: a restart (up to 316 s at a load average of 40; a load that gave up after 60 s ended the
+#: test's load, which then waited for requests after the restart that never came).
+RETRY_FOR = 480.0
+
+
 async def load(caller: Caller, pool: str, stop: asyncio.Event, sent: list[str]) -> None:
     """Requests every 50 ms until `stop`: mostly to a running group, some to new keys."""
     i = 0
     while not stop.is_set():
         if i % 10 == 9:
-            sent.append(await caller.send(pool, f"fresh-{caller.reply_to[-6:]}-{i}", b"new"))
+            key = f"fresh-{caller.reply_to[-6:]}-{i}"
+            sent.append(await caller.send(pool, key, b"new", retry_for=RETRY_FOR))
         else:
-            sent.append(await caller.send(pool, "steady", b"0.3", path="sleep"))
+            sent.append(
+                await caller.send(pool, "steady", b"0.3", path="sleep", retry_for=RETRY_FOR)
+            )
         i += 1
         await asyncio.sleep(0.05)
 
