@@ -1,12 +1,16 @@
 """A private RabbitMQ node for the tests that stop, crash or restart a broker.
 
 The shared broker on 127.0.0.1:5672 serves every other test (and other people): it is never
-touched here. `RabbitNode` runs a node of its own from the installed Debian package
-(`/usr/lib/rabbitmq/bin`): its own node name, AMQP, distribution and management ports, its
-own data, log and config files, its own Erlang cookie (in its own HOME), run as the `rabbitmq`
-user when the tests run as root (as the Debian wrapper does with `su rabbitmq`). It registers
-with the machine's epmd on 127.0.0.1 (started by the node if none runs). Every step is bounded
-in time; `close()` stops the node, kills whatever is left of it and removes its directory.
+touched here. `RabbitNode` runs a node of its own: RabbitMQ 3.10 from the installed Debian
+package (`/usr/lib/rabbitmq/bin`), or 4.0 (`version="4"`, the default under
+OSRDYNE_RABBITMQ_VERSION=4: tests/broker.py) from the Debian 13 root of
+scripts/rabbitmq_root.sh, with every deprecated feature 4.0 permits denied but those named
+(scripts/_rabbitmq_nodes.sh). Either has its own node name, AMQP, distribution and management
+ports, its own data, log and config files, its own Erlang cookie (in its own HOME), and runs
+as the `rabbitmq` user when the tests run as root (as the Debian wrapper does with `su
+rabbitmq`). It registers with the machine's epmd on 127.0.0.1 (started by the node if none
+runs). Every step is bounded in time; `close()` stops the node, kills whatever is left of it
+and removes its directory.
 
     node = RabbitNode.start_new()      # ~5-15 s on a small machine
     node.amqp_url, node.management_url
@@ -32,8 +36,12 @@ from pathlib import Path
 
 import pytest
 
-#: Where the Debian package puts the real scripts (/usr/sbin ones are `su` wrappers).
+from tests import broker
+
+#: Where the Debian package puts the real scripts (/usr/sbin ones are `su` wrappers), on this
+#: machine and in the Debian 13 root alike.
 DEBIAN_BIN = Path("/usr/lib/rabbitmq/bin")
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 RUN_AS = "rabbitmq"
 #: Bounds of a start and of a graceful stop: on the 2-core machine at a load average of 25-45
 #: (2026-12-02) a start took up to 160 s, and a `rabbitmqctl stop` over 30 s, which the old
@@ -62,6 +70,32 @@ def _tool(name: str) -> str:
     return found
 
 
+def _root(*args: str) -> str:
+    """scripts/rabbitmq_root.sh's answer (`owner`; `build` makes the root if missing)."""
+    done = subprocess.run(
+        [str(SCRIPTS / "rabbitmq_root.sh"), *args], capture_output=True, text=True, timeout=900
+    )
+    if done.returncode != 0:
+        raise NodeError(f"rabbitmq_root.sh {' '.join(args)}: {done.stderr[-2000:]}")
+    return done.stdout.strip()
+
+
+def deprecated_features_config(permit: tuple[str, ...] | None) -> str:
+    """The rabbitmq.conf lines of a 4.0 node on the deprecated features: every one denied but
+    those in `permit` (None: the scripts' default, scripts/_rabbitmq_nodes.sh)."""
+    env = dict(os.environ)
+    if permit is not None:
+        env["OSRDYNE_RABBITMQ4_PERMIT"] = " ".join(permit)
+    done = subprocess.run(
+        ["bash", "-c", f"source {SCRIPTS / '_rabbitmq_nodes.sh'} && deprecated_features_config"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    return done.stdout
+
+
 def _port_open(port: int) -> bool:
     with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
         return True
@@ -69,13 +103,25 @@ def _port_open(port: int) -> bool:
 
 
 class RabbitNode:
-    def __init__(self, base: Path, *, name: str | None = None, max_message_mb: int = 32) -> None:
+    def __init__(
+        self,
+        base: Path,
+        *,
+        name: str | None = None,
+        max_message_mb: int = 32,
+        version: str = broker.VERSION,
+        permit: tuple[str, ...] | None = None,
+    ) -> None:
         self.base = base
         self.nodename = name or f"osrdyne-test-{secrets.token_hex(3)}@localhost"
         self.port = free_port()
         self.dist_port = free_port()
         self.management_port = free_port()
         self.max_message_bytes = max_message_mb * 1024 * 1024
+        #: "3" (3.10, this machine's) or "4" (4.0, from the Debian 13 root).
+        self.version = version
+        #: 4.0: the deprecated features left permitted (None: the scripts' default).
+        self.permit = permit
         self.process: subprocess.Popen[bytes] | None = None
         self._user = self._run_as()
         self._write_files()
@@ -110,7 +156,7 @@ class RabbitNode:
         (self.base / "node.pid").unlink(missing_ok=True)  # a crashed node leaves a stale one
         log = (self.base / "log" / "console.log").open("ab")
         self.process = subprocess.Popen(
-            [_tool("rabbitmq-server")],
+            self._command("rabbitmq-server"),
             env=self._env(),
             cwd=self.base,
             stdin=subprocess.DEVNULL,
@@ -135,9 +181,12 @@ class RabbitNode:
                 START_TIMEOUT,
                 "AMQP and management listeners",
             )
-        except BaseException:
+        except BaseException as exc:
             self.crash()
-            raise NodeError(f"node {self.nodename} did not start:\n{self.log_tail()}") from None
+            raise NodeError(
+                f"node {self.nodename} did not start ({type(exc).__name__}: {exc}):\n"
+                f"{self.log_tail()}"
+            ) from None
 
     def stop(self) -> None:
         """A graceful stop (`rabbitmqctl stop`); SIGKILL if that does not end it in time."""
@@ -189,7 +238,7 @@ class RabbitNode:
         """Run `rabbitmqctl -n <node> args...` against this node; its output."""
         try:
             done = subprocess.run(
-                [_tool("rabbitmqctl"), "-n", self.nodename, *args],
+                self._command("rabbitmqctl", "-n", self.nodename, *args),
                 env=self._env(),
                 cwd=self.base,
                 capture_output=True,
@@ -243,9 +292,22 @@ class RabbitNode:
                 raise NodeError(f"timed out waiting for {what}")
             time.sleep(0.2)
 
+    def _command(self, program: str, *args: str) -> list[str]:
+        """The command line of a RabbitMQ program (`rabbitmq-server`, `rabbitmqctl`) for this
+        node: 4.0's in the Debian 13 root (rabbitmq_root.sh: its own mount namespace and
+        chroot, the same process, pid and process group; the environment passed whole)."""
+        if self.version == "3":
+            return [_tool(program), *args]
+        env = [f"{k}={v}" for k, v in self._env().items()]
+        return [
+            str(SCRIPTS / "rabbitmq_root.sh"), "run", "--bind", str(self.base), "--",
+            "/usr/bin/env", "-i", *env, str(DEBIAN_BIN / program), *args,
+        ]  # fmt: skip
+
     def _run_as(self) -> dict[str, object]:
-        """Run as `rabbitmq` when we are root (as the Debian wrapper does), else as us."""
-        if os.geteuid() != 0:
+        """Run as `rabbitmq` when we are root (as the Debian wrapper does), else as us. The
+        4.0 root's `rabbitmq_root.sh run` changes to its own `rabbitmq` itself."""
+        if os.geteuid() != 0 or self.version != "3":
             return {}
         try:
             user = pwd.getpwnam(RUN_AS)
@@ -254,7 +316,11 @@ class RabbitNode:
         return {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
 
     def _env(self) -> dict[str, str]:
-        keep = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TERM")}
+        # A test run's mark (scripts/test.sh) too: it finds what it started at its end.
+        kept = ("PATH", "LANG", "LC_ALL", "TERM", "OSRDYNE_TEST_RUN")
+        keep = {k: v for k, v in os.environ.items() if k in kept}
+        if self.version != "3":
+            keep["PATH"] = "/usr/sbin:/usr/bin:/sbin:/bin"  # the Debian 13 root's
         b = self.base
         return {
             **keep,
@@ -293,11 +359,14 @@ class RabbitNode:
             "collect_statistics_interval = 1000\n"
             "log.console = false\n"
             "log.file.level = info\n"
+            + (deprecated_features_config(self.permit) if self.version != "3" else "")
         )
         cookie = b / ".erlang.cookie"
         cookie.write_text(secrets.token_hex(20).upper())
         cookie.chmod(0o400)
         uid, gid = self._user.get("user"), self._user.get("group")
+        if self.version != "3" and os.geteuid() == 0:
+            uid, gid = (int(i) for i in _root("owner").split(":"))  # the root's `rabbitmq`
         if uid is not None:
             os.chown(b, uid, gid)  # type: ignore[arg-type]
             for path in b.rglob("*"):
