@@ -26,6 +26,17 @@ for arg in "$@"; do
 done
 
 started=$SECONDS
+kubernetes_build=
+if (( ! quick )); then
+  # The Kubernetes tier's programs, built from their Go modules once per version (a cold
+  # build is 25-40 minutes on two cores): in the background, at the lowest priority, while
+  # the set-up and the first phases run; waited for before the tier's phase.
+  mkdir -p .test-logs
+  nice -n 19 scripts/ensure_kubernetes.sh build >.test-logs/kubernetes-build.log 2>&1 &
+  kubernetes_build=$!
+  kubernetes_was_up=0
+  scripts/ensure_kubernetes.sh status && kubernetes_was_up=1
+fi
 scripts/setup.sh
 if (( ! quick )); then
   # The systemd driver's tests boot a real systemd in a container: its tools and its root
@@ -64,7 +75,20 @@ phase() {  # pytest's exit status, where "no test selected" (5) is no failure
   return "$status"
 }
 status=0
-phase -m "not ($faults)" -n "${OSRDYNE_TEST_WORKERS:-4}" --dist loadgroup "${args[@]}" || status=$?
+phase -m "not ($faults) and not kubernetes" -n "${OSRDYNE_TEST_WORKERS:-4}" --dist loadgroup \
+  "${args[@]}" || status=$?
 echo "test.sh: now the tests that take broker nodes down ($faults)" >&2
-phase -m "$faults" -n 3 --dist loadgroup "${args[@]}" || status=$?
+phase -m "($faults) and not kubernetes" -n 3 --dist loadgroup "${args[@]}" || status=$?
+# The Kubernetes tier, on a cluster built here (scripts/ensure_kubernetes.sh), once its
+# programs are built; the cluster is stopped at the end unless it ran before this run.
+if "${pytest[@]}" --collect-only -q -m kubernetes "${args[@]}" 2>/dev/null | grep -q "::"; then
+  built=$SECONDS
+  if ! wait "$kubernetes_build"; then
+    echo "test.sh: the Kubernetes build failed (.test-logs/kubernetes-build.log):" >&2
+    tail -n 30 .test-logs/kubernetes-build.log >&2
+  fi
+  echo "test.sh: now the Kubernetes tier (waited $((SECONDS - built)) s for its build)" >&2
+  phase -m kubernetes "${args[@]}" || status=$?
+  (( kubernetes_was_up )) || scripts/ensure_kubernetes.sh --stop || status=$?
+fi
 exit "$status"

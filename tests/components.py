@@ -13,6 +13,7 @@ needs, found from its fixtures, its folder, or a marker the module sets itself:
 | `spark`         | PySpark: a JVM (in the test, or in its workers) | fixture `spark`, folders  |
 | `spark_connect` | the Spark Connect server                        | fixture `connect_url`     |
 | `browser`       | headless Chromium                               | fixture `browser`         |
+| `kubernetes`    | the single-node Kubernetes cluster              | fixture `kube`, folder    |
 | `chaos`         | minutes of faults: nodes lost and brought back  | set by the test or module |
 | `slow`          | none of the above, but seconds of real waiting  | set by the test or module |
 
@@ -49,6 +50,7 @@ FIXTURES: dict[str, frozenset[str]] = {
     "spark": frozenset({"spark"}),
     "spark_connect": frozenset({"connect_url"}),
     "browser": frozenset({"browser"}),
+    "kubernetes": frozenset({"kube"}),
 }
 
 #: Marker: the folders whose every test needs the component.
@@ -57,6 +59,7 @@ FOLDERS: dict[str, tuple[Path, ...]] = {
     "compose": (TESTS / "deploy",),
     "spark": (TESTS / "spark", TESTS / "spark_connect"),
     "spark_connect": (TESTS / "spark_connect",),
+    "kubernetes": (TESTS / "kubernetes",),
 }
 
 #: xdist group of the components that exist once per machine, in order of precedence, and
@@ -67,6 +70,9 @@ GROUPS: dict[str, str] = {
     "systemd": "systemd",
     "broker_node": "broker-node",
     "spark_connect": "spark-connect",
+    # The cluster is shared; its pods (a Python worker each) and the tests' waits on them
+    # run one test at a time, beside the rest of the run.
+    "kubernetes": "kubernetes",
     # Not once per machine, but a JVM in each xdist worker that asks for the embedded session
     # (fixture `spark`): four of them took the two cores from everything else. Spark tests
     # that only start worker processes (each its own JVM wherever it runs) are in no group.
@@ -92,6 +98,7 @@ DESCRIPTIONS: dict[str, str] = {
     "spark": "runs PySpark (a JVM) in the test or in its workers",
     "spark_connect": "needs the Spark Connect server (scripts/ensure_spark_connect.sh)",
     "browser": "drives headless Chromium",
+    "kubernetes": "needs the Kubernetes cluster built here (scripts/ensure_kubernetes.sh)",
     "chaos": "causes faults for minutes: node after node lost and brought back",
     "slow": "waits seconds of real time on the product's own delays",
 }

@@ -46,22 +46,24 @@ class Cluster:
         self.settings = settings
         self._api: k8s.ApiClient | None = None
         self.namespace = settings.namespace or default_namespace()
+        exclude: dict[str, Any] = dict.fromkeys(
+            ("auth", "host", "token", "verify_ssl", "kubeconfig", "kube_context",
+             "request_timeout", "namespace"),
+            True,
+        )  # fmt: skip
+        # Settings added since groups first ran are no part of a group's version while they
+        # keep their default: versions (and running groups) stay what they were before.
+        if not settings.hpa.enabled:
+            exclude["hpa"] = True
+        if settings.keda.scale_down_stabilization is None:
+            exclude["keda"] = {"scale_down_stabilization": True}
         self.version = names.version_hash(
             {
                 "pool": context.pool,
                 "amqp_uri": context.amqp_uri,
-                "group": settings.model_dump(
-                    mode="json",
-                    exclude={
-                        "auth", "host", "token", "verify_ssl", "kubeconfig", "kube_context",
-                        "request_timeout", "namespace",
-                        # Off, HPA mode is no part of a group: versions (and running groups)
-                        # stay what they were before it existed.
-                        *(() if settings.hpa.enabled else ("hpa",)),
-                    },
-                ),
+                "group": settings.model_dump(mode="json", exclude=exclude),
             }
-        )  # fmt: skip
+        )
         self.selector = (
             f"{LABEL_MANAGED_BY}={MANAGER},{LABEL_POOL}={names.label_value(context.pool)}"
         )

@@ -38,23 +38,28 @@ class Keda:
             trigger["authenticationRef"] = {"name": keda.trigger_authentication}
         elif keda.host_from_env:
             trigger_metadata["hostFromEnv"] = keda.host_from_env
+        spec: _core.Manifest = {
+            "scaleTargetRef": {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "name": cluster.name(key),
+                "envSourceContainerName": _core.CONTAINER,
+            },
+            "pollingInterval": keda.polling_interval,
+            "cooldownPeriod": keda.cooldown_period,
+            "minReplicaCount": keda.min_replicas,
+            "maxReplicaCount": keda.max_replicas,
+            "triggers": [trigger],
+        }
+        if keda.scale_down_stabilization is not None:
+            scale_down = {"stabilizationWindowSeconds": keda.scale_down_stabilization}
+            behavior = {"behavior": {"scaleDown": scale_down}}
+            spec["advanced"] = {"horizontalPodAutoscalerConfig": behavior}
         return {
             "apiVersion": f"{KEDA_GROUP}/{KEDA_VERSION}",
             "kind": "ScaledObject",
             "metadata": cluster.metadata(key),
-            "spec": {
-                "scaleTargetRef": {
-                    "apiVersion": "apps/v1",
-                    "kind": "Deployment",
-                    "name": cluster.name(key),
-                    "envSourceContainerName": _core.CONTAINER,
-                },
-                "pollingInterval": keda.polling_interval,
-                "cooldownPeriod": keda.cooldown_period,
-                "minReplicaCount": keda.min_replicas,
-                "maxReplicaCount": keda.max_replicas,
-                "triggers": [trigger],
-            },
+            "spec": spec,
         }
 
     def keys(self) -> set[str]:

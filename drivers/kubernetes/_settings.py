@@ -62,6 +62,14 @@ class KedaSettings(pydantic.BaseModel):
         "`host`; used instead of host_from_env when set.",
     )
     vhost: str | None = Field(default=None, description="vhostName; None: the URI's vhost.")
+    scale_down_stabilization: int | None = Field(
+        default=None,
+        ge=0,
+        le=3600,
+        description="Seconds a lower replica count must hold before the HPA KEDA makes "
+        "shrinks a group to it (advanced.horizontalPodAutoscalerConfig.behavior.scaleDown."
+        "stabilizationWindowSeconds); None: the HPA's default, 300.",
+    )
 
 
 class HpaSettings(pydantic.BaseModel):

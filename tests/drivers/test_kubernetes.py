@@ -318,6 +318,8 @@ def deploy_documents() -> list[tuple[str, dict[str, Any]]]:
     documents = []
     for folder in ("kubernetes", "keda"):
         for path in sorted((REPO / "deploy" / folder).glob("*.yaml")):
+            if path.name == "kustomization.yaml":  # kustomize's, not the cluster's
+                continue
             for document in yaml.safe_load_all(path.read_text()):
                 if document:
                     documents.append((f"{folder}/{path.name}:{document['kind']}", document))
