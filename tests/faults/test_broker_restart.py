@@ -58,17 +58,11 @@ async def load(caller: Caller, pool: str, stop: asyncio.Event, sent: list[str]) 
 @pytest.mark.parametrize(
     "hard",
     [
-        pytest.param(
-            False,
-            id="rabbitmqctl-stop",
-            marks=pytest.mark.xfail(
-                strict=False,
-                reason="once in 8 clean-clone runs (2026-11-28, on a machine twice as slow as "
-                "before, the node took 32 s to restart): every caller's request was answered "
-                "but osrdyne.Client's calls did not succeed for 60 s after; not explained yet, "
-                "still run, its outcome reported",
-            ),
-        ),
+        # Once (2026-11-28) osrdyne.Client's calls failed for 60 s after this restart, every
+        # caller's request answered: not reproduced since; two defects that match it are fixed
+        # (docs/reliability.md, "No loss left unexplained"). A client not served again within
+        # 60 s fails the test, with what it met.
+        pytest.param(False, id="rabbitmqctl-stop"),
         # A request to a new key forwarded into its quorum queue less than 0.5 s before the
         # SIGKILL can be lost by the broker after its confirm (rabbitmq-server#15725:
         # tests/faults/test_young_queue_loss.py shows it); the controller's young-queue hold

@@ -79,13 +79,6 @@ async def role_of(port: int) -> str | None:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=False,
-    reason="lost 2 of 100 requests once in a loaded clean-clone run (2026-11-27), passed 3 of 3 "
-    "alone and in the later full runs: a loss under load not explained yet (a failure now "
-    "prints both controllers' log lines for the unanswered keys: `explain`); still run, its "
-    "outcome reported",
-)
 async def test_two_controllers_at_once_one_leads_and_the_standby_takes_over(
     pool: str,
     tmp_path: Path,
@@ -93,6 +86,16 @@ async def test_two_controllers_at_once_one_leads_and_the_standby_takes_over(
     make_caller: Callable[..., Awaitable[Caller]],
     make_tally: Callable[..., Tally],
 ) -> None:
+    """Two controllers of one pool started together during a burst of new keys: one leads,
+    the other stands by; every request answered once, one worker per key; then the leader is
+    SIGKILLed and the standby leads and serves new keys.
+
+    Once (2026-11-27, a loaded clean-clone run) 2 of 100 requests were counted lost here. Not
+    seen again in 16 runs at load averages of 15 to 44 (2026-12-02, scripts and commands in
+    docs/reliability.md); the caller then took its answers by direct reply-to, which loses an
+    answer in flight whenever the caller's channel is lost (at most once, by design), and this
+    test could not tell that from a loss. Its answers now go to a durable queue, so an
+    unanswered request here is a real loss, and `explain` names where its key stood."""
     tally = make_tally(
         f"two controllers at once during a burst ({KEYS} keys x {PER_KEY}), then leader killed",
         "one leads (exclusive P-leader queue); the standby takes over and serves new keys",
@@ -105,7 +108,9 @@ async def test_two_controllers_at_once_one_leads_and_the_standby_takes_over(
         for port in ports
     ]
     await eventually(lambda: broker.pool_declared(pool), what="pool declared", timeout=START)
-    caller = await make_caller(tally)
+    # Answers to a durable queue: a direct reply-to answer is lost by design when the
+    # caller's channel is (at most once), which this test could not tell from a loss.
+    caller = await make_caller(tally, reply_queue=f"{pool}-replies")
     sent = await burst(caller, pool, "both")
 
     async def roles() -> list[str | None]:
@@ -137,7 +142,7 @@ async def test_two_controllers_at_once_one_leads_and_the_standby_takes_over(
 
 def explain(caller: Caller, unanswered: list[str], controllers: list[ControllerProcess]) -> str:
     """The unanswered requests' keys, and what each controller's log says of those keys (its
-    last lines naming them): the loss this test met once is not explained yet."""
+    last lines naming them)."""
     described = caller.describe(unanswered)
     keys = sorted({str(key) for key, _ in described})
     named = re.compile("|".join(rf"{re.escape(key)}(?![\w-])" for key in keys))
