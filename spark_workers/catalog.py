@@ -125,10 +125,8 @@ class Catalog:
 
     def _resolve_local(self, key: DatasetKey, root: str) -> DatasetLocation:
         root = os.path.abspath(root)
-        candidates = [os.path.join(root, key.dataset)]
-        candidates += [os.path.join(root, key.dataset + ext) for ext in _EXTENSIONS]
         real_root = os.path.realpath(root)
-        for path in candidates:
+        for path in _candidates(root, key):
             path = os.path.normpath(path)
             if os.path.commonpath([root, path]) != root or path == root:
                 raise DatasetError(f"dataset key {key.dataset!r} escapes the dataset root")
@@ -144,6 +142,26 @@ class Catalog:
                     version = os.path.basename(real).partition("@")[2] or None
                 return DatasetLocation(key, real, fmt, version)
         raise DatasetError(f"unknown dataset {key.dataset!r} (no such dataset under the root)")
+
+    def pinned_version(self, key: str) -> str | None:
+        """The version `key` names when its data can never change, else None: a key with
+        `@version` whose location is chosen by that version (`{dataset}` or `{version}` in a
+        URI template) and, under a local root, found as the version itself, not through a
+        link (a link can be moved). Versions are written once (`versions`). A key without a
+        version follows the link an ingest or an append moves: never pinned."""
+        parsed = DatasetKey.parse(key)
+        if parsed.version is None:
+            return None
+        local_root = _local_path(self.root)
+        if self.uri_template is not None or local_root is None:
+            template = self.uri_template or "{root}/{dataset}"
+            chosen = "{dataset}" in template or "{version}" in template
+            return parsed.version if chosen else None
+        root = os.path.abspath(local_root)
+        for path in _candidates(root, parsed):
+            if os.path.lexists(path):
+                return None if os.path.islink(path) else parsed.version
+        return None
 
     def load(self, spark: SparkSession, key: str) -> DataFrame:
         """The key's DataFrame (lazy: Spark reads the data on the first action)."""
@@ -168,6 +186,13 @@ class Catalog:
                 )
             df = df.where(F.col(column) == F.lit(value))
         return df
+
+
+def _candidates(root: str, key: DatasetKey) -> list[str]:
+    """Where `key`'s dataset may be under a local `root`, in the order they are tried."""
+    candidates = [os.path.join(root, key.dataset)]
+    candidates += [os.path.join(root, key.dataset + ext) for ext in _EXTENSIONS]
+    return candidates
 
 
 def _local_path(root: str) -> str | None:

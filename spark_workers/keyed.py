@@ -64,12 +64,12 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any
 
-from spark_workers import cancellation, catalog, connect, jvm, session
+from spark_workers import cancellation, catalog, connect, jvm, result_cache, session
 from spark_workers import settings as settings_mod
-from worker_sdk import HandlerError, Request, Requeue, Worker, WorkerSettings
+from worker_sdk import HandlerError, Reply, Request, Requeue, Worker, WorkerSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -79,6 +79,10 @@ logger = logging.getLogger(__name__)
 Loader = Callable[["SparkSession", str], "DataFrame"]
 Validator = Callable[[str], Any]
 SparkHandler = Callable[[Request, "LoadedDataset"], Any]
+#: A request's query in a normal form, for the result cache (None: not kept).
+CacheKey = Callable[[Request, "LoadedDataset"], Hashable | None]
+#: The version a key pins when its data can never change, else None (`result_cache`).
+Pinned = Callable[[str], str | None]
 
 #: The temp view handlers' SQL reads the dataset from.
 VIEW_NAME = "dataset"
@@ -130,16 +134,25 @@ class SparkWorker:
         worker: Worker | None = None,
         worker_settings: WorkerSettings | None = None,
         validate: Validator | None = None,
+        pinned: Pinned | None = None,
     ) -> None:
         self.settings = settings if settings is not None else settings_mod.SparkWorkerSettings()
         if load is None:
             cat = catalog.Catalog.from_settings(self.settings)
             load, validate = cat.load, validate or cat.resolve
+            pinned = pinned or cat.pinned_version
         self._load = load
         self._validate = validate
+        #: Which keys name data that never changes (None: no key does, no answer is kept).
+        self._pinned = pinned
         self._worker = worker
         self._worker_settings = worker_settings
-        self._handlers: list[tuple[str | None, SparkHandler]] = []
+        self._handlers: list[tuple[str | None, SparkHandler, CacheKey | None]] = []
+        #: The answers kept for the key's pinned version (`result_cache`); None when the key
+        #: can move, or the cache is off.
+        self.results: result_cache.ResultCache | None = None
+        #: The version the key pins (None: its data can move).
+        self.version: str | None = None
         #: The loaded dataset, once `start` succeeded.
         self.data: LoadedDataset | None = None
         #: Why the key could not be served, once `start` failed permanently.
@@ -175,17 +188,23 @@ class SparkWorker:
             self._worker.on_standby(self._on_standby)
             self._worker.on_startup(self._on_startup)
             self._worker.on_shutdown(self._on_shutdown)
-            for path, fn in self._handlers:
-                self._register(path, fn)
+            for path, fn, cache_key in self._handlers:
+                self._register(path, fn, cache_key)
         return self._worker
 
-    def handler(self, path: str | None = None) -> Callable[[SparkHandler], SparkHandler]:
-        """Register `fn(request, data)` for `x-rpc-path` = `path` (None: the default)."""
+    def handler(
+        self, path: str | None = None, *, cache_key: CacheKey | None = None
+    ) -> Callable[[SparkHandler], SparkHandler]:
+        """Register `fn(request, data)` for `x-rpc-path` = `path` (None: the default).
+
+        `cache_key(request, data)`: the request's query in a normal form (hashable; None:
+        this request's answer is not kept). With it, the answers of a key that pins its
+        version are kept and answered again from memory (`result_cache`)."""
 
         def register(fn: SparkHandler) -> SparkHandler:
-            self._handlers.append((path, fn))
+            self._handlers.append((path, fn, cache_key))
             if self._worker is not None:
-                self._register(path, fn)
+                self._register(path, fn, cache_key)
             return fn
 
         return register
@@ -262,6 +281,7 @@ class SparkWorker:
         if self._watch is not None:
             self._watch.subscribe(self._jvm_exited)
         self.load_error, self._failed_at, self._kept = None, None, None
+        self._keep_answers(source.key)
         self.data = source  # from the source until a background cache is complete
         if background:
             threading.Thread(
@@ -276,6 +296,19 @@ class SparkWorker:
             timings["spark_start_s"],
             timings["load_s"],
             ", caching in the background" if not self.cached.is_set() else "",
+        )
+
+    def _keep_answers(self, key: str) -> None:
+        """The result cache, when `key` pins a version that never changes and the cache is
+        on (`result_cache_bytes`); None otherwise."""
+        self.version = self._pinned(key) if self._pinned is not None else None
+        size = self.settings.result_cache_bytes
+        if self.version is None or size <= 0:
+            self.results = None
+            return
+        metrics = self._worker.metrics if self._worker is not None else None
+        self.results = result_cache.ResultCache(
+            size, registry=metrics.registry if metrics is not None else None
         )
 
     def _cannot_serve(self, key: str, error: str, spark: SparkSession | None) -> None:
@@ -344,9 +377,11 @@ class SparkWorker:
         else:
             logger.warning("dataset %r not cached, answered from its source: %s", source.key, exc)
 
-    def call(self, fn: SparkHandler, request: Request) -> Any:
+    def call(self, fn: SparkHandler, request: Request, *, cache_key: CacheKey | None = None) -> Any:
         """Run a handler on the loaded dataset, on a Spark thread in a job group; answered
-        (`DeadlineExceeded`) at the request's deadline or `query_timeout`, whatever Spark does."""
+        (`DeadlineExceeded`) at the request's deadline or `query_timeout`, whatever Spark does.
+        With `cache_key` and a pinned version, a kept answer is returned without Spark, and a
+        new one is kept (`result_cache`)."""
         if self.data is None:
             self._reload()
         if self.data is None:
@@ -357,8 +392,26 @@ class SparkWorker:
         if self.lost is not None or self.exit_code is not None:
             # Not this request's fault: another worker (or this one, restarted) serves it.
             raise Requeue("the worker is ending: " + (self.lost.message if self.lost else ""))
-        data, runner = self.data, self._runner
+        data, runner, results = self.data, self._runner, self.results
         assert runner is not None
+        kept: Hashable | None = None
+        if results is not None and cache_key is not None:
+            normal = cache_key(request, data)
+            if normal is not None:
+                kept = (request.path, self.version, normal)
+                answer = results.get(kept)
+                if answer is not None:
+                    return _reply(answer, result_cache.HIT)
+        result = self._run(fn, request, data, runner)
+        if kept is None or results is None:
+            return result
+        answer = result_cache.Answer(*Reply(result).encoded())
+        results.put(kept, answer)
+        return _reply(answer, result_cache.MISS)
+
+    def _run(
+        self, fn: SparkHandler, request: Request, data: LoadedDataset, runner: cancellation.Runner
+    ) -> Any:
         timeout = self.settings.query_timeout
         left = request.time_left()
         if left is not None:
@@ -461,11 +514,11 @@ class SparkWorker:
 
     # -- worker_sdk wiring ----------------------------------------------------------------
 
-    def _register(self, path: str | None, fn: SparkHandler) -> None:
+    def _register(self, path: str | None, fn: SparkHandler, cache_key: CacheKey | None) -> None:
         assert self._worker is not None
 
         def run(request: Request) -> Any:  # sync: worker_sdk runs it in a handler thread
-            return self.call(fn, request)
+            return self.call(fn, request, cache_key=cache_key)
 
         run.__name__ = getattr(fn, "__name__", "spark_handler")
         self._worker.handler(path)(run)
@@ -502,6 +555,12 @@ class SparkWorker:
             connect.release(self.data.spark)  # the session's views and data go with it
         else:
             self.data.spark.stop()
+
+
+def _reply(answer: result_cache.Answer, outcome: str) -> Reply:
+    return Reply(
+        answer.body, headers={result_cache.HEADER: outcome}, content_type=answer.content_type
+    )
 
 
 #: Longest loader error answered to callers, in characters.

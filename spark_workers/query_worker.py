@@ -8,7 +8,12 @@ Endpoints (`x-rpc-path`):
   an Arrow IPC stream with `"format": "arrow"`;
 - `schema`: the dataset's columns and types, its row count, the version read and its
   manifest (`spark_workers.manifest`) when `pipeline ingest` wrote it;
-- `count`: the number of rows matching an optional `{"where": [...]}`.
+- `count`: the number of rows matching an optional `{"where": [...]}`;
+- `status`: what the worker serves (key, pinned version, rows) and its caches' counts.
+
+On a key that pins a dataset version (`name@version`), `query` and `count` answers are kept
+and answered again without Spark (`spark_workers.result_cache`; the header `x-result-cache`
+says `hit` or `miss`).
 
 Every failure a client can cause (bad JSON, a document over the size limits, unknown column,
 refused SQL, too large a result, the deadline, a query that exhausted the JVM) is answered
@@ -22,7 +27,9 @@ from __future__ import annotations
 import collections
 import functools
 import os
+import re
 import threading
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from spark_workers import catalog, connect, keyed, manifest, query, results, sql_guard, text_guard
@@ -43,6 +50,9 @@ class PlanCache:
         self._plans: collections.OrderedDict[Any, DataFrame] = collections.OrderedDict()
         self._lock = threading.Lock()
         self.hits = self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._plans)
 
     def get(self, data: keyed.LoadedDataset, q: query.Query) -> DataFrame:
         key = q.model_dump_json(exclude={"format"})
@@ -95,9 +105,59 @@ def plan_cache(data: keyed.LoadedDataset) -> PlanCache:
     return cache  # type: ignore[no-any-return]
 
 
+#: Characters after which SQL text is kept as sent (a quoted string or a comment, where
+#: whitespace is part of the meaning).
+_QUOTES_OR_COMMENTS = re.compile(r"['\"`]|--|/\*")
+
+
+def cache_key(request: Request, data: keyed.LoadedDataset) -> str:
+    """The query of `request` in a normal form, for the result cache: the parsed document
+    (every field, in a fixed order, defaults filled in: `{"limit": 5, "select": ["a"]}` and
+    `{"select": ["a"], "limit": 5, "where": []}` are one query), SQL text stripped, and its
+    whitespace runs made one space when it holds no quote and no comment."""
+    q = parsed(request, data.settings)
+    if q.sql is not None:
+        sql = q.sql.strip()
+        if not _QUOTES_OR_COMMENTS.search(sql):
+            sql = " ".join(sql.split())
+        q = q.model_copy(update={"sql": sql})
+    return q.model_dump_json()
+
+
+def answer_status(
+    request: Request, data: keyed.LoadedDataset, *, app: keyed.SparkWorker
+) -> dict[str, Any]:
+    """What this worker serves and its caches' counts."""
+    plans = data.extras.get("plan_cache")
+    return {
+        "key": data.key,
+        "version": app.version,
+        "rows": data.rows,
+        "cached": app.cached.is_set(),
+        "result_cache": app.results.status() if app.results is not None else None,
+        "plan_cache": (
+            {"hits": plans.hits, "misses": plans.misses, "entries": len(plans)}
+            if isinstance(plans, PlanCache)
+            else None
+        ),
+    }
+
+
+#: Each request's parsed document, parsed once for its cache key and its answer.
+_PARSED: weakref.WeakKeyDictionary[Request, query.Query] = weakref.WeakKeyDictionary()
+
+
+def parsed(request: Request, settings: settings_mod.SparkWorkerSettings) -> query.Query:
+    """`request`'s query document, parsed and bounded (`query.parse`), once per request."""
+    q = _PARSED.get(request)
+    if q is None:
+        q = _PARSED[request] = query.parse(request.body, settings)
+    return q
+
+
 def answer_query(request: Request, data: keyed.LoadedDataset) -> Any:
     """The default endpoint: run a query document."""
-    return run_query(data, query.parse(request.body, data.settings))
+    return run_query(data, parsed(request, data.settings))
 
 
 def run_query(data: keyed.LoadedDataset, q: query.Query) -> Any:
@@ -140,7 +200,7 @@ def answer_schema(
 
 def answer_count(request: Request, data: keyed.LoadedDataset) -> dict[str, int]:
     """Rows matching the optional `where` conditions."""
-    q = query.parse(request.body, data.settings)
+    q = parsed(request, data.settings)
     if q.sql is not None or q.select is not None or q.group_by or q.aggregates:
         raise HandlerError("count takes only 'where' conditions", details={"reason": "invalid"})
     try:
@@ -156,11 +216,14 @@ def create_app(settings: settings_mod.SparkWorkerSettings | None = None) -> keye
     """The query worker, reading its dataset through the catalog of `settings`."""
     settings = settings if settings is not None else settings_mod.SparkWorkerSettings()
     cat = catalog.Catalog.from_settings(settings)
-    app = keyed.SparkWorker(load=cat.load, validate=cat.resolve, settings=settings)
-    app.handler()(answer_query)
-    app.handler("query")(answer_query)
+    app = keyed.SparkWorker(
+        load=cat.load, validate=cat.resolve, pinned=cat.pinned_version, settings=settings
+    )
+    app.handler(cache_key=cache_key)(answer_query)
+    app.handler("query", cache_key=cache_key)(answer_query)
     app.handler("schema")(functools.partial(answer_schema, cat=cat))
-    app.handler("count")(answer_count)
+    app.handler("count", cache_key=cache_key)(answer_count)
+    app.handler("status")(functools.partial(answer_status, app=app))
     return app
 
 

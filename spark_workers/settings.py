@@ -111,6 +111,14 @@ class SparkWorkerSettings(BaseSettings):
         description="Planned queries kept for reuse (0: off). Planning a query on cached data "
         "costs more than running it; a repeated query (same document) skips it.",
     )
+    result_cache_bytes: int = Field(
+        default=64 * 1024 * 1024,
+        ge=0,
+        description="Memory for the answers of a key that pins a dataset version "
+        "(`name@version`, never rewritten): a repeated query is answered from there without "
+        "Spark, least recently used answers dropped first (0: off). A key that can move "
+        "(`name`, which ingests and appends re-point) never keeps answers.",
+    )
     query_timeout: float = Field(
         default=300.0,
         gt=0,

@@ -3,14 +3,16 @@ osrdyne controller (subprocess driver), real broker, the pyspark distribution's 
 
 Two keys served at once through one server, each in a session of its own; client SQL
 served, hostile SQL refused before the server sees it; a runaway job of one key cancelled at
-its deadline while the other key answers; a stopped worker's data released; the server
-restarted under load with every request answered. The restart test comes last: it stops
+its deadline while the other key answers; a stopped worker's data released; a pinned
+version's repeated query answered from the worker's memory; the server restarted under load
+with every request answered. The restart test comes last: it stops
 the session's shared server.
 """
 
 from __future__ import annotations
 
 import asyncio
+import shutil
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,7 @@ from typing import Any
 import pytest
 
 from osrdyne import Client
-from spark_workers import SparkWorkerSettings, connect
+from spark_workers import SparkWorkerSettings, connect, result_cache
 from tests.spark_connect import conftest
 from tests.spark_connect.conftest import TRIPS_ROWS, connect_driver
 from tests.waiting import eventually
@@ -206,6 +208,32 @@ async def test_a_stopped_worker_releases_its_data(
         timeout=120,
         what="the stopped worker's blocks are released",
     )
+
+
+async def test_a_pinned_version_is_answered_from_the_workers_memory_and_a_name_never(
+    pool: str,
+    make_controller: Callable[..., Awaitable[Any]],
+    client: Client,
+    connect_url: str,
+    connect_datasets: Path,
+    tmp_path: Path,
+) -> None:
+    """The result cache over Spark Connect: `sales@v1` (a version directory) answers a
+    repeated query from the worker's memory (`x-result-cache: hit`); `sales` (the link to it,
+    which an ingest would move) never keeps an answer."""
+    root = tmp_path / "versions"
+    root.mkdir()
+    shutil.copytree(connect_datasets / "sales", root / "sales@v1")
+    (root / "sales").symlink_to("sales@v1")
+    await make_controller(pool, driver=connect_driver(tmp_path, root, connect_url))
+    for key, first_header, again_header in (("sales@v1", "miss", "hit"), ("sales", None, None)):
+        first = await client.call(pool, key, COUNT_BY_STORE, timeout=180)
+        again = await client.call(pool, key, COUNT_BY_STORE, timeout=60)
+        assert total(first) == total(again) == 200
+        assert first.headers.get(result_cache.HEADER) == first_header, key
+        assert again.headers.get(result_cache.HEADER) == again_header, key
+    status = await client.call(pool, "sales@v1", path="status", timeout=60)
+    assert status.json()["result_cache"]["hit"] == 1
 
 
 @pytest.mark.timeout(480)  # a server restart took 100 s in a loaded CI run
