@@ -17,6 +17,13 @@ import httpx
 
 AMQP_URL = os.environ.get("RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
 MANAGEMENT_URL = os.environ.get("RABBITMQ_MANAGEMENT_URL", "http://127.0.0.1:15672")
+#: The RabbitMQ release of the brokers the tests start themselves (the private node of the
+#: fault tests, the clusters): "3" (3.10, Debian 12's: the default) or "4" (4.0, Debian 13's,
+#: from scripts/rabbitmq_root.sh). scripts/test.sh's 4.0 pass sets it with RABBITMQ_URL
+#: (`scripts/ensure_broker.sh --version 4`).
+VERSION = os.environ.get("OSRDYNE_RABBITMQ_VERSION", "3")
+if VERSION not in ("3", "4"):
+    raise RuntimeError(f"OSRDYNE_RABBITMQ_VERSION is 3 or 4, not {VERSION!r}")
 
 
 def _vhost() -> str:
