@@ -71,6 +71,8 @@ TARGETS = {
 #: Interleaved rounds below which the warm path's ratios are shown but not judged against
 #: their targets (`--quick` runs one).
 MIN_JUDGED_ROUNDS = 3
+#: The largest scatter (raw aio-pika's spread between rounds) a round is judged within.
+MAX_SCATTER = 0.25
 
 log = logging.getLogger("dispatch_bench")
 
@@ -1162,12 +1164,16 @@ def report(
     raw_tp = raw.tp()
     scatter = (raw_tp[2] - raw_tp[1]) / raw_tp[0]
     lowest = TARGETS["throughput_vs_raw"] - scatter
+    # A scatter past MAX_SCATTER (a machine loaded by others) judges no round: shown only.
+    judged = scatter <= MAX_SCATTER
     checks.append(
         (
-            f"throughput ours/raw, lowest round (the bench's scatter: {scatter:.2f})",
+            f"throughput ours/raw, lowest round (the bench's scatter: {scatter:.2f}"
+            + ("" if judged else f", over {MAX_SCATTER}: not judged, rerun on a quiet machine")
+            + ")",
             (throughput[1], throughput[1], throughput[2]),
-            ">=",
-            round(lowest, 2),
+            ">=" if judged else "",
+            round(lowest, 2) if judged else 0,
         )
     )
     results["scatter"] = scatter
