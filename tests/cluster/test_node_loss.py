@@ -217,17 +217,7 @@ async def test_a_rolling_restart_of_the_three_nodes_under_load(
     assert caller.epoch >= 1  # the caller's own node went too
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known limit, open (issue 32): a node frozen (SIGSTOP) longer than the Erlang tick "
-    "comes back with its Mnesia partitioned from the others (`running_partitioned_network`); "
-    "pause_minority does not pause it (it never saw itself in a minority while frozen) and "
-    "nothing heals it until it is restarted. Workers that reconnect to it do not see the "
-    "queues created on the majority meanwhile (NOT_FOUND): the cold keys' requests wait "
-    "unconsumed (21 of 532 unanswered at the end of the test, 2026-11-27; under autoheal "
-    "41 of 432, twice in four runs). An XPASS is reported.",
-)
-@pytest.mark.soak  # 2.8 min of every CI run to show a known limit still holds: opt-in
+@pytest.mark.chaos
 async def test_the_node_of_the_controller_paused_longer_than_the_heartbeat(
     cluster_pool: str,
     healthy_cluster: Cluster,
@@ -235,6 +225,12 @@ async def test_the_node_of_the_controller_paused_longer_than_the_heartbeat(
     make_caller: Callable[..., Awaitable[Caller]],
     make_tally: Callable[..., Tally],
 ) -> None:
+    """The node comes back from its freeze with its metadata partitioned from the others
+    (`running_partitioned_network`; RabbitMQ 3.10 heals nothing until it is restarted): the
+    cold keys' workers, started after the pause with the three addresses in order, reach it
+    first and do not find their queues there (NOT_FOUND). They move to the next address after
+    `queue_missing_move_after` (10 s), and every request is answered; before, they waited
+    there (21 of 532 unanswered at the end, 2026-11-27; under autoheal 41 of 432)."""
     cluster, pool = healthy_cluster, cluster_pool
     tally = make_tally(
         "cluster: the controller's node paused (SIGSTOP 20 s; heartbeat 2 s: silent node "
