@@ -11,6 +11,7 @@ import importlib.metadata
 from typing import TYPE_CHECKING, Any
 
 from osrdyne.exceptions import (
+    BrokerUnsuitable,
     ClientError,
     ConfigurationError,
     ConnectionLost,
@@ -44,6 +45,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "BrokerUnsuitable",
     "Client",
     "ClientError",
     "ConfigurationError",

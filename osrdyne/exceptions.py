@@ -17,7 +17,10 @@
     │   └── RequestDead              the request died before a worker answered: expired,
     │                                rejected, maxlen, delivery_limit, invalid_key,
     │                                overloaded, start_failed (its group cannot start)
-    └── ConfigurationError           settings are invalid (fix the configuration)
+    ├── ConfigurationError           settings are invalid (fix the configuration)
+    └── BrokerUnsuitable             the broker cannot serve a pool as it is configured: its
+                                     management API collects no statistics (fix the broker;
+                                     the controller tries again, session after session)
 
 Driver errors live with the drivers (`drivers.DriverError`).
 """
@@ -57,6 +60,11 @@ class OsrdyneError(Exception):
 
 class ConfigurationError(OsrdyneError):
     """The settings cannot work (unknown driver, missing command...)."""
+
+
+class BrokerUnsuitable(OsrdyneError):
+    """The broker cannot serve a pool as it is configured (its management API collects no
+    statistics: no queue depths, no node figures)."""
 
 
 class ClientError(OsrdyneError):

@@ -9,17 +9,24 @@
 # registered with epmd, holding its memory, while `rabbitmqctl status` fails as if it were gone.
 # Stopping a node therefore ends its VM, whatever rabbitmqctl says.
 #
-#   deprecated_features_config   rabbitmq.conf lines denying every deprecated feature
-#                                RabbitMQ 4.0 still permits (OSRDYNE_RABBITMQ4_PERMIT="a b" to
-#                                leave some permitted, for a comparison)
+#   deprecated_features_config   rabbitmq.conf lines denying the deprecated features
+#                                RabbitMQ 4.0 still permits, but those named in
+#                                OSRDYNE_RABBITMQ4_PERMIT (default management_metrics_collection;
+#                                set it empty to deny every one)
 
 vm_pids() {
-  local want="RABBITMQ_NODENAME=$1" p
+  # Builtins for every process (a fork per process took seconds on a loaded machine), a grep
+  # for the Erlang VMs only.
+  local want="RABBITMQ_NODENAME=$1" p comm state
   for p in /proc/[0-9]*; do
-    [[ $(cat "$p/comm" 2>/dev/null) == beam.smp ]] || continue
-    tr '\0' '\n' <"$p/cmdline" 2>/dev/null | grep -q escript && continue  # a rabbitmqctl
-    [[ $(awk '{print $3}' "$p/stat" 2>/dev/null) != Z ]] || continue  # ended, not yet reaped
-    if tr '\0' '\n' <"$p/environ" 2>/dev/null | grep -qxF "$want"; then
+    comm=
+    { read -r comm <"$p/comm"; } 2>/dev/null
+    [[ $comm == beam.smp ]] || continue
+    state=
+    { read -r _ _ state _ <"$p/stat"; } 2>/dev/null
+    [[ $state != Z ]] || continue  # ended, not yet reaped
+    grep -qzF escript "$p/cmdline" 2>/dev/null && continue  # a rabbitmqctl
+    if grep -qzxF "$want" "$p/environ" 2>/dev/null; then
       echo "${p#/proc/}"
     fi
   done
@@ -39,14 +46,17 @@ end_vm() {
 }
 
 #: The deprecated features RabbitMQ 4.0.5 still permits by default (`rabbitmqctl
-#: list_deprecated_features`): the 4.0 nodes here deny every one, as an operator getting ready
-#: for 4.x's next releases does, so that whatever osrdyne still uses of them fails in the tests.
+#: list_deprecated_features`): the 4.0 nodes here deny them, as an operator getting ready for
+#: 4.x's next releases does, so that whatever osrdyne still uses of them fails in the tests;
+#: all but management_metrics_collection (still permitted by default up to 4.3), without which
+#: the management API reports no statistics at all (no queue depths, no node figures): osrdyne
+#: reads them, and its controller refuses such a broker at start (docs/operations.md).
 DEPRECATED_FEATURES=(amqp_address_v1 global_qos management_metrics_collection
   queue_master_locator ram_node_type transient_nonexcl_queues)
 
 deprecated_features_config() {
   local feature permit permitted
-  read -r -a permitted <<<"${OSRDYNE_RABBITMQ4_PERMIT:-}"
+  read -r -a permitted <<<"${OSRDYNE_RABBITMQ4_PERMIT-management_metrics_collection}"
   for feature in "${DEPRECATED_FEATURES[@]}"; do
     permit=false
     [[ " ${permitted[*]-} " == *" $feature "* ]] && permit=true

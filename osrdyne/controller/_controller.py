@@ -37,6 +37,7 @@ from osrdyne.controller._status import (
     Role,
     StatusDocument,
 )
+from osrdyne.exceptions import BrokerUnsuitable
 from osrdyne.ops import logs
 from osrdyne.ops.metrics import ControllerMetrics, FastPathEstimate
 from osrdyne.wire import PoolNames
@@ -70,6 +71,7 @@ SESSION_ERRORS = (
     httpx.HTTPStatusError,
     asyncio.TimeoutError,
     ComponentDied,
+    BrokerUnsuitable,
 )
 
 
@@ -225,6 +227,10 @@ class Controller:
             # Every start-up step is bounded: a broker that stopped answering ends the session
             # (on a node cut off from its cluster a quorum queue's declare waits for a leader
             # that cannot be elected), and the next session tries the next address.
+            async with asyncio.timeout(s.amqp.startup_timeout):
+                # Before anything is declared: a broker that cannot serve the pool gets none of
+                # it (a client is told PoolNotFound at once, rather than waiting unanswered).
+                await _topology.require_statistics(self.api)
             async with asyncio.timeout(min(s.amqp.operation_timeout, s.amqp.startup_timeout)):
                 await _topology.declare_pool(
                     connection, self.names, replicated=bool(s.queues.replicate_pool_queues)

@@ -25,6 +25,7 @@ import aiormq.exceptions
 from osrdyne.controller._management import ManagementApi
 from osrdyne.controller._settings import QueueSettings
 from osrdyne.controller._tracker import GroupStatus
+from osrdyne.exceptions import BrokerUnsuitable
 from osrdyne.wire import PoolNames
 
 logger = logging.getLogger(__name__)
@@ -128,6 +129,27 @@ def policy_definition(names: PoolNames, settings: QueueSettings) -> dict[str, An
         definition["max-length"] = settings.max_length
         definition["overflow"] = "drop-head"
     return definition
+
+
+async def require_statistics(api: ManagementApi) -> None:
+    """`BrokerUnsuitable` unless the broker's management API collects statistics.
+
+    The controller reads a queue's depth there before it deletes it (a quorum queue whose
+    member is down counts 0 to a passive declare, whatever it holds), finds quorum queues
+    without a leader by their missing statistics, and shows the nodes' limits and partitions.
+    A broker that collects none (`deprecated_features.permit.management_metrics_collection =
+    false` on RabbitMQ 4.x, `management_agent.disable_metrics_collector = true`) answers every
+    queue without depth and every node without figures: the controller would take every idle
+    queue for leaderless and never retire a group. It says so instead, at every session."""
+    overview = await api.overview(columns="disable_stats,rabbitmq_version")
+    if overview.get("disable_stats") is True:
+        raise BrokerUnsuitable(
+            f"the broker's management API collects no statistics (RabbitMQ "
+            f"{overview.get('rabbitmq_version', '?')}: deprecated_features.permit."
+            "management_metrics_collection = false or management_agent."
+            "disable_metrics_collector = true): osrdyne reads queue depths and node figures "
+            "there; permit it (docs/operations.md)"
+        )
 
 
 async def apply_policy(api: ManagementApi, names: PoolNames, settings: QueueSettings) -> None:

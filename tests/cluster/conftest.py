@@ -1,8 +1,10 @@
 """The three-node RabbitMQ cluster of `scripts/ensure_cluster.sh`, for the tests that lose a node.
 
 The fixture `cluster` runs the script (nodes osrdyne-c1..c3@localhost, AMQP 5681-5683,
-management 15681-15683); the cluster stays up for the whole run and is stopped at the end
-unless it was already up. Under pytest-xdist the tests are split over two such clusters
+management 15681-15683; on RabbitMQ 4.0, OSRDYNE_RABBITMQ_VERSION=4 (tests/broker.py), its
+`--version 4` clusters with Khepri, osrdyne-c7..c9 on 5687-5689 and c10..c12 on 5690-5692);
+the cluster stays up for the whole run and is stopped at the end (its VMs ended) unless it
+was already up. Under pytest-xdist the tests are split over two such clusters
 (tests/components.py puts each module in the xdist group of one): the second is the script's
 `OSRDYNE_CLUSTER=2` (osrdyne-c4..c6@localhost, AMQP 5684-5686), numbered 1-3 like the first,
 and started only by a worker that runs its group. `healthy_cluster` gives each test all three
@@ -30,6 +32,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests import broker
 from tests.cluster.network import Network
 
 # The counting caller, the report rows and the workers of the fault tests, shared with them
@@ -104,10 +107,12 @@ class Cluster:
     """Where the three nodes of cluster `number` (1 or 2) are, and the faults done to them.
     Nodes are numbered 1-3 in either."""
 
-    def __init__(self, number: int = 1) -> None:
+    def __init__(self, number: int = 1, *, version: str = broker.VERSION) -> None:
         self.index = number
+        #: The RabbitMQ release: "3" (3.10) or "4" (4.0, Khepri; scripts/ensure_cluster.sh).
+        self.version = version
         #: What this cluster's node numbers add to 1-3 (names, ports, addresses).
-        self.offset = 3 * (number - 1)
+        self.offset = 3 * (number - 1) + (6 if version == "4" else 0)
         self.amqp_urls = [f"amqp://guest:guest@127.0.0.1:{self.amqp_port(n)}/%2F" for n in NODES]
         self.management_urls = [f"http://127.0.0.1:{15680 + self.offset + n}" for n in NODES]
         #: Whether it ran before this process started it (then it is left running).
@@ -122,7 +127,7 @@ class Cluster:
         return f"osrdyne-c{self.offset + n}@localhost"
 
     def number(self, node_name: str) -> int:
-        found = re.fullmatch(r"osrdyne-c(\d)@localhost", node_name)
+        found = re.fullmatch(r"osrdyne-c(\d+)@localhost", node_name)
         assert found, node_name
         n = int(found.group(1)) - self.offset
         assert n in NODES, node_name
@@ -233,7 +238,7 @@ class Cluster:
 
     def _script(self, *args: str) -> str:
         done = subprocess.run(
-            [str(SCRIPT), *args],
+            [str(SCRIPT), "--version", self.version, *args],
             capture_output=True,
             text=True,
             timeout=SCRIPT_TIMEOUT,
@@ -480,7 +485,7 @@ async def cluster_pool(
 def network(healthy_cluster: Cluster) -> Iterator[Network]:
     """The cluster's links (tests/cluster/network.py), every cut undone after the test,
     before the nodes are checked."""
-    net = Network(healthy_cluster.index)
+    net = Network(healthy_cluster.index, version=healthy_cluster.version)
     try:
         yield net
     finally:

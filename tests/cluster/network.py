@@ -3,12 +3,14 @@
 Each node of `scripts/ensure_cluster.sh` opens its links to the other nodes from its own
 loopback address (node 1 from 127.0.0.2, node 2 from 127.0.0.3, node 3 from 127.0.0.4:
 `inet_dist_connect_options`) to the others' distribution ports (25681-25683 on 127.0.0.1);
-the second cluster's nodes from 127.0.0.5-7 to 25684-25686.
+the second cluster's nodes from 127.0.0.5-7 to 25684-25686 (RabbitMQ 4.0's clusters: 127.0.0.8-10
+to 25687-25689 and 127.0.0.11-13 to 25690-25692).
 So a link between two nodes is told apart from every other by its addresses and ports, and an
 iptables rule drops its packets while both nodes and every other link go on: a partition, not
 a crash. Client links are told apart by the client's port (as the broker lists it).
 
-Every rule lives in a chain of our own, one per cluster (`OSRDYNE-NET`, `OSRDYNE-NET2`),
+Every rule lives in a chain of our own, one per cluster (`OSRDYNE-NET`, `OSRDYNE-NET2`; on
+4.0 `OSRDYNE-NET-4`, `OSRDYNE-NET2-4`),
 jumped to from OUTPUT for loopback packets (each packet on `lo` passes OUTPUT once); `heal()`
 flushes it, and the fixture that hands out a `Network` heals after each test whatever
 happened. The rules name the cluster's own addresses and ports: cutting one cluster leaves the
@@ -20,6 +22,8 @@ from __future__ import annotations
 import shutil
 import subprocess
 from collections.abc import Sequence
+
+from tests import broker
 
 
 def available() -> str | None:
@@ -33,13 +37,16 @@ def available() -> str | None:
 
 
 class Network:
-    """The cuts done to the links of cluster `cluster` (1 or 2); all undone by `heal()`.
-    Nodes are numbered 1-3 in either cluster."""
+    """The cuts done to the links of cluster `cluster` (1 or 2) of RabbitMQ `version` (as
+    scripts/ensure_cluster.sh numbers them); all undone by `heal()`. Nodes are numbered 1-3
+    in either cluster."""
 
-    def __init__(self, cluster: int = 1) -> None:
-        self.chain = "OSRDYNE-NET" if cluster == 1 else f"OSRDYNE-NET{cluster}"
+    def __init__(self, cluster: int = 1, *, version: str = broker.VERSION) -> None:
+        self.chain = ("OSRDYNE-NET" if cluster == 1 else f"OSRDYNE-NET{cluster}") + (
+            "-4" if version == "4" else ""
+        )
         #: What the cluster's node numbers add to 1-3 (its ports and addresses).
-        self.offset = 3 * (cluster - 1)
+        self.offset = 3 * (cluster - 1) + (6 if version == "4" else 0)
         missing = available()
         if missing is not None:
             # A component that cannot start fails the run, never skips it (scripts/setup.sh
