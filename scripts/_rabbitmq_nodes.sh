@@ -20,10 +20,10 @@ vm_pids() {
   local want="RABBITMQ_NODENAME=$1" p comm state
   for p in /proc/[0-9]*; do
     comm=
-    { read -r comm <"$p/comm"; } 2>/dev/null
+    { read -r comm <"$p/comm" || true; } 2>/dev/null
     [[ $comm == beam.smp ]] || continue
     state=
-    { read -r _ _ state _ <"$p/stat"; } 2>/dev/null
+    { read -r _ _ state _ <"$p/stat" || true; } 2>/dev/null
     [[ $state != Z ]] || continue  # ended, not yet reaped
     grep -qzF escript "$p/cmdline" 2>/dev/null && continue  # a rabbitmqctl
     if grep -qzxF "$want" "$p/environ" 2>/dev/null; then
