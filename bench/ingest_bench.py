@@ -14,6 +14,11 @@ both, order alternating, on one session (its JVM warm after a first unmeasured p
   allowed values, unique): text read, typed values with bad-row reasons, the good rows
   written aside, bad rows collected, statistics and checks in one pass, manifest, publish.
 
+With `--slashes`, the source also has a date column and its timestamp written with slashes
+(`pickup_day` `2024/03/05`, `pickup_time` `2024/03/05 14:07:00`), as many tools export them:
+plain Spark is told their patterns (`dateFormat`, `timestampFormat`), the ingest finds them
+itself (`sniffing`) and reads them on its text path (`try_to_date` with the pattern).
+
 With `--missing 0.01`, 1% of the `fare` values are `NA` (R's missing value), from the first
 rows on: the ingest then takes its full read (Spark's corrupt-record column, each such row
 parsed again as text) instead of the strict one, which a clean file gets.
@@ -62,6 +67,11 @@ def main() -> None:
         "ingest then reads with Spark's corrupt-record column (no strict read), plain Spark "
         "reads them as null",
     )
+    parser.add_argument(
+        "--slashes",
+        action="store_true",
+        help="a date column and the timestamp written with slashes (yyyy/MM/dd HH:mm:ss)",
+    )
     args = parser.parse_args()
 
     from dispatch_bench import tree_cpu_seconds
@@ -85,6 +95,18 @@ def main() -> None:
     from pyspark.sql import functions as F  # noqa: N812
 
     raw = pipeline.trips(spark, args.rows, 42)
+    ddl = DDL
+    plain_options = {"header": "true"}
+    if args.slashes:
+        raw = raw.select(
+            "trip_id",
+            "city",
+            F.date_format("pickup_time", "yyyy/MM/dd HH:mm:ss").alias("pickup_time"),
+            F.date_format("pickup_time", "yyyy/MM/dd").alias("pickup_day"),
+            *raw.columns[3:],
+        )
+        ddl = DDL.replace("pickup_time TIMESTAMP,", "pickup_time TIMESTAMP, pickup_day DATE,")
+        plain_options.update(dateFormat="yyyy/MM/dd", timestampFormat="yyyy/MM/dd HH:mm:ss")
     writer = raw.repartition(2).write.option("header", "true")
     if args.missing:
         missing = F.rand(7) < F.lit(args.missing)
@@ -94,13 +116,13 @@ def main() -> None:
     checks_file = work / "checks.json"
     checks_file.write_text(json.dumps(CHECKS))
     declared = checks.Checks.load(str(checks_file))
-    options = read_options.ReadOptions(schema_ddl=DDL)
+    options = read_options.ReadOptions(schema_ddl=ddl)
     runs = {"plain": 0, "ours": 0}
 
     def plain() -> float:
         runs["plain"] += 1
         started = time.perf_counter()
-        df = spark.read.schema(DDL).option("header", "true").csv(str(src))
+        df = spark.read.schema(ddl).options(**plain_options).csv(str(src))
         df.repartition(2).write.parquet(str(work / f"plain-{runs['plain']}"))
         return time.perf_counter() - started
 
@@ -144,7 +166,8 @@ def main() -> None:
             f"round {round_ + 1}: plain {times['plain'][0]:.2f} s, ours {times['ours'][0]:.2f} s "
             f"(ratio {ratios['ours'][-1]:.2f}), without checks {times['no_checks'][0]:.2f} s "
             f"(ratio {ratios['no_checks'][-1]:.2f}); CPU plain {times['plain'][1]:.2f} s, "
-            f"ours {times['ours'][1]:.2f} s (ratio {cpu_ratios['ours'][-1]:.2f})"
+            f"ours {times['ours'][1]:.2f} s (ratio {cpu_ratios['ours'][-1]:.2f}); "
+            f"load {os.getloadavg()[0]:.1f}"
         )
     print(
         f"{args.rows} rows: median ratio ours/plain {statistics.median(ratios['ours']):.2f} "

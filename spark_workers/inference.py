@@ -23,7 +23,7 @@ import dataclasses
 import re
 from typing import TYPE_CHECKING
 
-from spark_workers import read_options
+from spark_workers import manifest, read_options, sniffing
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -71,36 +71,130 @@ def _in(raw: str, values: list[str] | tuple[str, ...]) -> str:
     return f"{raw} IN ({', '.join(sql_text(v) for v in values)})"
 
 
-def _parse(raw: str, type_name: str, options: read_options.ReadOptions) -> str:
-    """`raw` (SQL) parsed as `type_name`, null where it does not parse."""
-    if type_name == "date" and options.date_format:
-        return f"try_to_date({raw}, {sql_text(options.date_format)})"
-    if type_name in ("timestamp", "timestamp_ntz") and options.timestamp_format:
-        parsed = f"try_to_timestamp({raw}, {sql_text(options.timestamp_format)})"
+def _parse(
+    raw: str,
+    type_name: str,
+    options: read_options.ReadOptions,
+    fmt: read_options.ColumnFormat | None = None,
+) -> str:
+    """`raw` (SQL) parsed as `type_name`, null where it does not parse; written as `fmt`
+    says where the column has a format of its own."""
+    pattern = fmt.pattern if fmt is not None else None
+    if type_name == "date" and (pattern or options.date_format):
+        return f"try_to_date({raw}, {sql_text(pattern or options.date_format or '')})"
+    if type_name in ("timestamp", "timestamp_ntz") and (pattern or options.timestamp_format):
+        chosen = pattern or options.timestamp_format or ""
+        parsed = f"try_to_timestamp({raw}, {sql_text(chosen)})"
         return f"CAST({parsed} AS TIMESTAMP_NTZ)" if type_name == "timestamp_ntz" else parsed
     if type_name == "boolean":
-        return f"CASE lower(trim({raw})) WHEN 'true' THEN true WHEN 'false' THEN false END"
+        words = (
+            (TRUE_WORDS, FALSE_WORDS) if fmt is not None and fmt.words else (("true",), ("false",))
+        )
+        cases = " ".join(
+            f"WHEN {sql_text(w)} THEN {value}"
+            for value, spelled in zip(("true", "false"), words, strict=True)
+            for w in spelled
+        )
+        return f"CASE lower(trim({raw})) {cases} END"
+    if fmt is not None and (fmt.decimal != "." or fmt.thousands) and _is_number(type_name):
+        return _number(raw, type_name, fmt)
     return f"try_cast({raw} AS {type_name})"
 
 
-def _fails(raw: str, type_name: str, options: read_options.ReadOptions) -> str:
+#: Booleans as R, spreadsheets and DuckDB write them (any case), with a `words` format.
+TRUE_WORDS = ("true", "t", "yes")
+FALSE_WORDS = ("false", "f", "no")
+
+
+def same_family(type_name: str, guessed: str) -> bool:
+    """Whether a declared type (Spark's `typeName`) takes the format of a guessed one."""
+    numbers = ("byte", "short", "integer", "long", "float", "double", "decimal")
+    if guessed in ("int", "double"):
+        return type_name in numbers or type_name.startswith("decimal")
+    return type_name == guessed
+
+
+def _is_number(type_name: str) -> bool:
+    return type_name in ("tinyint", "smallint", "int", "bigint", "float", "double") or (
+        type_name.startswith("decimal")
+    )
+
+
+def _number(raw: str, type_name: str, fmt: read_options.ColumnFormat) -> str:
+    """`raw` as a number written with `fmt`'s separators (`1.234,5`): only where every
+    group of digits is where a thousands separator puts them, then the separators
+    translated to Spark's form."""
+    digits = r"\d+"
+    if fmt.thousands:
+        digits = rf"(\d+|\d{{1,3}}({re.escape(fmt.thousands)}\d{{3}})+)"
+    decimal = re.escape(fmt.decimal)
+    integral = type_name in ("tinyint", "smallint", "int", "bigint")
+    shape = (
+        f"^[+-]?{digits}$"
+        if integral
+        else rf"^[+-]?({digits}({decimal}\d*)?|{decimal}\d+)([eE][+-]?\d+)?$"
+    )
+    value = f"trim({raw})"
+    translated = f"translate({value}, {sql_text(fmt.decimal + (fmt.thousands or ''))}, '.')"
+    return (
+        f"CASE WHEN {value} RLIKE {sql_text(shape)} THEN try_cast({translated} AS {type_name}) END"
+    )
+
+
+def _fails(
+    raw: str,
+    type_name: str,
+    options: read_options.ReadOptions,
+    fmt: read_options.ColumnFormat | None = None,
+) -> str:
     """True where a present value is not of `type_name` as inference understands it."""
-    bad = f"{_parse(raw, type_name, options)} IS NULL"
-    if type_name == "date" and not options.date_format:
+    bad = f"{_parse(raw, type_name, options, fmt)} IS NULL"
+    pattern = fmt.pattern if fmt is not None else None
+    if type_name == "date" and not (options.date_format or pattern):
         bad += f" OR NOT {raw} RLIKE {sql_text(_DATE)}"  # Spark's cast takes '2013' as a date
-    if type_name == "timestamp" and not options.timestamp_format:
+    if type_name == "timestamp" and not (options.timestamp_format or pattern):
         bad += f" OR NOT trim({raw}) RLIKE {sql_text(_TIMESTAMP)}"
     return f"({bad})"
 
 
-def _kind(raw: str, options: read_options.ReadOptions) -> str:
+def _kind(raw: str, options: read_options.ReadOptions, candidate: _Candidate | None = None) -> str:
     """The most specific candidate type of one present value (its index in `CANDIDATES`,
-    `len(CANDIDATES)` for text)."""
+    `len(CANDIDATES)` for text), `candidate`'s formats tried where the column has some."""
     cases = " ".join(
-        f"WHEN NOT {_fails(raw, type_name, options)} THEN {index}"
+        f"WHEN NOT {_test(raw, type_name, options, candidate)} THEN {index}"
         for index, type_name in enumerate(CANDIDATES)
     )
     return f"CASE {cases} ELSE {len(CANDIDATES)} END"
+
+
+def _test(
+    raw: str, type_name: str, options: read_options.ReadOptions, candidate: _Candidate | None
+) -> str:
+    """`_fails` of a value of a column with `candidate` formats (the default ones without)."""
+    if candidate is None:
+        return _fails(raw, type_name, options)
+    if type_name in ("date", "timestamp"):
+        if not candidate.patterns or candidate.kind not in ("date", "timestamp"):
+            return _fails(raw, type_name, options)
+        if type_name == "date" and candidate.kind == "timestamp":
+            return "true"  # a pattern with a time: never a date
+        tests = [
+            _fails(raw, type_name, options, read_options.ColumnFormat(pattern=p))
+            for p in candidate.patterns
+        ]
+        return "(" + " AND ".join(tests) + ")"
+    return _fails(raw, type_name, options, candidate.fmt)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Candidate:
+    """A column's formats to try (`sniffing.Guess`): the type they were found for, its
+    date or timestamp patterns (two: a day/month order to decide), its number and boolean
+    format."""
+
+    kind: str
+    patterns: tuple[str, ...]
+    fmt: read_options.ColumnFormat | None
 
 
 #: Kinds that widen into one another: integers into numbers, dates into timestamps.
@@ -130,10 +224,23 @@ class Inferred:
     #: Text columns whose values but a few (at most 1%) are of one type: (type, how many
     #: are not, values, an example). A typo in a number column, most likely.
     nearly_typed: dict[str, tuple[str, int, int, str]] = dataclasses.field(default_factory=dict)
+    #: The format of each typed column written other than in the default form.
+    formats: dict[str, read_options.ColumnFormat] = dataclasses.field(default_factory=dict)
+    #: Text columns that look like dates, and why they stayed text (with the option that
+    #: types them).
+    date_text: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: Present (non-missing) values per column, all rows.
+    values: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
-def infer(df: DataFrame, columns: list[str], options: read_options.ReadOptions) -> Inferred:
-    """The type of each text column of `df`, from all of its rows (one Spark query).
+def infer(
+    df: DataFrame,
+    columns: list[str],
+    options: read_options.ReadOptions,
+    guesses: dict[str, sniffing.Guess] | None = None,
+) -> Inferred:
+    """The type of each text column of `df`, from all of its rows (one Spark query), the
+    formats `guesses` (the sniffer's, from a sample) found tried for their columns.
 
     Its expressions are SQL text, not Column objects: PySpark makes several calls into the
     JVM for each Column operation, hundreds for one value's kind."""
@@ -141,45 +248,134 @@ def infer(df: DataFrame, columns: list[str], options: read_options.ReadOptions) 
     from pyspark.sql import types as T  # noqa: N812
 
     good = df.where(f"{read_options.CORRUPT_COLUMN} IS NULL") if _has_corrupt(df) else df
+    candidates = _candidates(columns, options, guesses or {})
     # One (column, value) row per cell: the kind of a value is one expression, compiled once
     # (per-column expressions side by side made generated code grow past what Janino
-    # compiles quickly: 19 columns took 10x the time of 3).
+    # compiles quickly: 19 columns took 10x the time of 3). Only the columns with formats
+    # of their own get a branch of their own.
     cells = ", ".join(f"named_struct('c', {i}, 'v', {sql_name(n)})" for i, n in enumerate(columns))
-    kind = _kind("v", options)
+    special = " ".join(
+        f"WHEN {i} THEN {_kind('v', options, candidate)}" for i, candidate in candidates.items()
+    )
+    kind = f"CASE c {special} ELSE {_kind('v', options)} END" if special else _kind("v", options)
     kept = [m for m in options.null_values if m and m not in options.text_null_values]
     present = f"(v IS NOT NULL AND NOT {_in('v', options.null_values)})"
-    text = f"({present} AND {kind} = {len(CANDIDATES)})"
+    # The kind of each present value is worked out once, in a projection, and counted by
+    # the aggregates (written into each of them, its code was generated three times).
+    text = f"(kind = {len(CANDIDATES)})"
     aggregates = [
-        f"collect_set(CASE WHEN {present} THEN {kind} END) AS k",
-        f"count_if({present} AND v RLIKE {sql_text(_LEADING_ZERO)}) AS z",
+        "collect_set(kind) AS k",
+        f"count_if(kind IS NOT NULL AND v RLIKE {sql_text(_LEADING_ZERO)}) AS z",
         f"count_if({_in('v', kept)}) AS m",
-        f"count_if({present}) AS n",
+        "count_if(kind IS NOT NULL) AS n",
         f"count_if({text}) AS t",
         f"first(CASE WHEN {text} THEN v END, true) AS e",
     ]
+    # A day/month order the sample left open: the values each order fails on.
+    orders = {i: c for i, c in candidates.items() if len(c.patterns) == 2}
+    for i, candidate in orders.items():
+        for j, pattern in enumerate(candidate.patterns):
+            fails = _fails("v", candidate.kind, options, read_options.ColumnFormat(pattern=pattern))
+            aggregates.append(f"count_if(c = {i} AND kind IS NOT NULL AND {fails}) AS o{i}_{j}")
     rows = (
         good.selectExpr(f"explode(array({cells})) AS cell")
         .selectExpr("cell.c AS c", "cell.v AS v")
         .where("v IS NOT NULL")
+        .selectExpr("c", "v", f"CASE WHEN {present} THEN {kind} END AS kind")
         .groupBy("c")
         .agg(*[F.expr(a) for a in aggregates])
         .collect()
     )
     found = {row["c"]: row for row in rows}
-    fields, markers, nearly = [], {}, {}
+    order_fails = {
+        (i, j): sum(int(r[f"o{i}_{j}"] or 0) for r in rows) for i in orders for j in (0, 1)
+    }
+    result = Inferred(T.StructType([]), {})
+    fields = []
     for i, name in enumerate(columns):
         row = found.get(i)
         kinds = set(row["k"]) if row is not None else set()
         chosen = _choose(kinds, bool(row["z"]) if row is not None else False)
-        fields.append(T.StructField(name, T._parse_datatype_string(chosen), True))
+        result.values[name] = int(row["n"]) if row is not None else 0
+        if (found_format := candidates.get(i)) is not None and chosen != "string":
+            chosen = _with_format(result, name, chosen, found_format, order_fails, i)
+        elif i not in candidates and (guess := (guesses or {}).get(name)) and guess.why_text:
+            result.date_text[name] = f"{guess.why_text}; {_typing_option(name)}"
+        why = result.date_text.get(name)
+        metadata = {manifest.TEXT_DATES_METADATA: why} if why and chosen == "string" else None
+        fields.append(T.StructField(name, T._parse_datatype_string(chosen), True, metadata))
         if row is None or chosen != "string":
             continue
         if row["m"] and kinds:
-            markers[name] = row["m"]
+            result.text_markers[name] = row["m"]
         typed = _choose(kinds - {len(CANDIDATES)}, bool(row["z"]))
         if typed != "string" and row["t"] * 100 <= row["n"]:
-            nearly[name] = (typed, row["t"], row["n"], row["e"])
-    return Inferred(T.StructType(fields), markers, nearly)
+            result.nearly_typed[name] = (typed, row["t"], row["n"], row["e"])
+    result.schema = T.StructType(fields)
+    return result
+
+
+def _candidates(
+    columns: list[str], options: read_options.ReadOptions, guesses: dict[str, sniffing.Guess]
+) -> dict[int, _Candidate]:
+    """The columns whose values the sample found written in a form of their own, by index;
+    a `--date-format` or `--timestamp-format` given is the only pattern of its type."""
+    found = {}
+    for i, name in enumerate(columns):
+        guess = guesses.get(name)
+        if guess is None:
+            continue
+        patterns = tuple(p for p in guess.patterns if p)
+        if guess.type == "date" and options.date_format:
+            patterns = ()
+        if guess.type == "timestamp" and options.timestamp_format:
+            patterns = ()
+        fmt = guess.column_format("")
+        if patterns or fmt is not None:
+            found[i] = _Candidate(guess.type, patterns, fmt)
+    return found
+
+
+def _with_format(
+    result: Inferred,
+    name: str,
+    chosen: str,
+    candidate: _Candidate,
+    order_fails: dict[tuple[int, int], int],
+    index: int,
+) -> str:
+    """`chosen` (a type) with the column's format recorded; text where the day/month order
+    is not decided by the data (the reason recorded)."""
+    if chosen in ("date", "timestamp") and candidate.patterns:
+        patterns = candidate.patterns
+        if len(patterns) == 2:
+            fits = [p for j, p in enumerate(patterns) if not order_fails[(index, j)]]
+            if len(fits) != 1:
+                why = (
+                    "its dates read either way round (no day past 12): "
+                    if fits
+                    else "its dates are written both day first and month first: "
+                )
+                result.date_text[name] = why + _typing_option(name, patterns, chosen)
+                return "string"
+            patterns = (fits[0],)
+        result.formats[name] = read_options.ColumnFormat(pattern=patterns[0])
+    elif chosen in ("int", "bigint", "double") and candidate.fmt is not None:
+        if candidate.fmt.decimal != "." or candidate.fmt.thousands:
+            result.formats[name] = read_options.ColumnFormat(
+                decimal=candidate.fmt.decimal, thousands=candidate.fmt.thousands
+            )
+    elif chosen == "boolean" and candidate.fmt is not None and candidate.fmt.words:
+        result.formats[name] = read_options.ColumnFormat(words=True)
+    return chosen
+
+
+def _typing_option(name: str, patterns: tuple[str, ...] = (), kind: str = "date") -> str:
+    """The ingest options that type column `name` as dates."""
+    if patterns:
+        given = " or ".join(f"--{kind}-format '{p}'" for p in patterns)
+        return f"{given} types it"
+    return f"--schema with `{name}` DATE and its --date-format types it"
 
 
 def convert(
@@ -234,7 +430,12 @@ def convert(
 _SPECIAL_MOMENTS = ("epoch", "now", "today", "yesterday", "tomorrow")
 
 
-def _may_parse(marker: str, type_name: str, options: read_options.ReadOptions) -> bool:
+def _may_parse(
+    marker: str,
+    type_name: str,
+    options: read_options.ReadOptions,
+    fmt: read_options.ColumnFormat | None = None,
+) -> bool:
     """False when missing-value marker `marker` cannot be a value of `type_name` whatever
     Spark's parser does: ASCII text with no digit is no number, date nor timestamp (nor
     `NaN`, `Infinity`), and no boolean unless it spells one. Any other marker is asked to
@@ -244,9 +445,10 @@ def _may_parse(marker: str, type_name: str, options: read_options.ReadOptions) -
         return True
     lower = marker.lower()
     if type_name == "boolean":
-        return "true" in lower or "false" in lower
+        words = fmt is not None and fmt.words and lower.strip() in TRUE_WORDS + FALSE_WORDS
+        return "true" in lower or "false" in lower or words
     if type_name in ("date", "timestamp", "timestamp_ntz"):
-        if options.date_format or options.timestamp_format:
+        if options.date_format or options.timestamp_format or (fmt is not None and fmt.pattern):
             return True  # a pattern of words (month names) needs no digit
         return any(c.isdigit() for c in marker) or any(w in lower for w in _SPECIAL_MOMENTS)
     if any(c.isdigit() for c in marker):
@@ -280,12 +482,13 @@ def _column(
         # written nor counted as bad).
         return value, [(f"coalesce(instr({raw}, {sql_text(_REPLACEMENT)}) > 0, false)", reason)]
     type_name = field.dataType.simpleString()
-    parsed = _parse(raw, type_name, options)
+    fmt = options.format_of(field.name)
+    parsed = _parse(raw, type_name, options, fmt)
     # A marker that parses (a sentinel) is nulled; one that does not is null already.
     sentinels = [
-        f"({raw} = {sql_text(m)} AND {_parse(sql_text(m), type_name, options)} IS NOT NULL)"
+        f"({raw} = {sql_text(m)} AND {_parse(sql_text(m), type_name, options, fmt)} IS NOT NULL)"
         for m in options.null_values
-        if _may_parse(m, type_name, options)
+        if _may_parse(m, type_name, options, fmt)
     ]
     value = (
         f"CASE WHEN {' OR '.join(sentinels)} THEN NULL ELSE {parsed} END" if sentinels else parsed
@@ -328,6 +531,8 @@ def parser_typed(
     typed = set()
     for field in schema.fields:
         type_name = field.dataType.typeName()
+        if options.format_of(field.name) is not None:
+            continue  # written in a form of its own: the text path reads it
         if type_name in ("byte", "short", "integer", "long"):
             ok = ascii_digits and not any(_INTEGER_LIKE.fullmatch(m) for m in markers)
         elif type_name in ("float", "double"):

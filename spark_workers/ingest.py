@@ -33,6 +33,8 @@ from spark_workers import (
     inference,
     manifest,
     read_options,
+    schema_choice,
+    sniffing,
     versions,
     written,
 )
@@ -63,6 +65,8 @@ class Request:
     append: bool = False
     #: The columns identifying a row: duplicates dropped (`appending`).
     dedup_on: tuple[str, ...] = ()
+    #: Print the schema the ingest would use, write nothing.
+    dry_run: bool = False
 
     @property
     def dataset(self) -> str:
@@ -177,12 +181,18 @@ def _ingest(
         appending.check_compatible(base, declared, request.partition_by)
         declared = base.schema  # the increment is typed as the dataset is
         request = dataclasses.replace(request, partition_by=base.partition_by)
+    sniffed = _sniff(request.src, options)
+    if sniffed is not None:
+        options = sniffed.options
     # `text`: the source as text, made when first called. With a declared schema, only if
     # needed: for the bad rows, when there are some (its plan took 20-30 ms).
+    inferred: inference.Inferred | None = None
+    text: Callable[[], DataFrame]
     if declared is not None and options.format != "parquet":
         schema = declared
-        text = functools.cache(lambda: read_text(spark, request.src, options, declared)[0])
-        frames = _typed(spark, request.src, options, schema, text)
+        options = _declared_formats(declared, sniffed, options)
+        frozen = options
+        text = functools.cache(lambda: read_text(spark, request.src, frozen, declared)[0])
     elif options.format == "parquet":
         frame, _ = read_text(spark, request.src, options, declared)
         schema = frame.schema
@@ -190,23 +200,16 @@ def _ingest(
         flagged = frame.select("*", F.lit(False).alias(inference.BAD_COLUMN))
         frames = _Frames(full=lambda: flagged)
     else:
-        frame, columns = read_text(spark, request.src, options, declared)
-        inferred = inference.infer(frame, columns, options)
-        schema = inferred.schema
-        for column, count in inferred.text_markers.items():
-            say(
-                f"note: text column {column!r} holds {count} missing-value marker(s),"
-                " kept as text (--text-null-value MARKER makes them missing)"
-            )
-        for column, (typed_as, odd, values, example) in inferred.nearly_typed.items():
-            say(
-                f"note: column {column!r} is text because {odd} of {values} values are "
-                f"not {typed_as} (e.g. {example!r}): declare it {typed_as} with --schema "
-                "to quarantine them instead"
-            )
-        text = functools.cache(lambda: frame)
-        frames = _typed(spark, request.src, options, schema, text)
+        schema, options, inferred, text = _inferred(spark, request.src, options, sniffed, say)
+    request = dataclasses.replace(request, options=options)
+    chosen = schema_choice.SchemaChoice.of(schema, options, inferred, sniffed, declared is not None)
+    for line in chosen.lines():
+        say(line)
     say(("declared" if declared else "inferred") + f" schema: {manifest.schema_ddl(schema)}")
+    if request.dry_run:
+        return Result(target="", manifest={"inference": chosen.entry()}, bad=[])
+    if options.format != "parquet":
+        frames = _typed(spark, request.src, options, schema, text)
     for column in request.partition_by:
         if column not in schema.fieldNames():
             raise IngestError(f"no column {column!r} to partition by in {schema.fieldNames()}")
@@ -216,7 +219,7 @@ def _ingest(
     staged = versions.staging(request.root, request.dataset)
     try:
         result = _write_checked(
-            spark, request, frames, text, schema, staged, declared is None, base, source, say
+            spark, request, frames, text, schema, staged, chosen, base, source, say
         )
         versions.publish(
             request.root,
@@ -233,6 +236,35 @@ def _ingest(
     return dataclasses.replace(result, target=f"{request.root}/{request.dataset}")
 
 
+def _inferred(
+    spark: SparkSession,
+    src: str,
+    options: read_options.ReadOptions,
+    sniffed: sniffing.Sniffed | None,
+    say: Callable[[str], None],
+) -> tuple[StructType, read_options.ReadOptions, inference.Inferred, Callable[[], DataFrame]]:
+    """The inferred schema of the source, the options with the formats found, what inference
+    said (its notes printed), and the source as text."""
+    names = sniffed.names if sniffed is not None else None
+    frame, columns = read_text(spark, src, options, None, names=names)
+    inferred = inference.infer(frame, columns, options, sniffed.guesses if sniffed else None)
+    options = options.model_copy(update={"formats": {**inferred.formats, **options.formats}})
+    for column, count in inferred.text_markers.items():
+        say(
+            f"note: text column {column!r} holds {count} missing-value marker(s),"
+            " kept as text (--text-null-value MARKER makes them missing)"
+        )
+    for column, (typed_as, odd, values, example) in inferred.nearly_typed.items():
+        say(
+            f"note: column {column!r} is text because {odd} of {values} values are "
+            f"not {typed_as} (e.g. {example!r}): declare it {typed_as} with --schema "
+            "to quarantine them instead"
+        )
+    for column, why in inferred.date_text.items():
+        say(f"note: column {column!r} is text: {why}")
+    return inferred.schema, options, inferred, functools.cache(lambda: frame)
+
+
 def _write_checked(
     spark: SparkSession,
     request: Request,
@@ -240,7 +272,7 @@ def _write_checked(
     text: Callable[[], DataFrame],
     schema: StructType,
     staged: str,
-    inferred: bool,
+    chosen: schema_choice.SchemaChoice,
     base: appending.Base | None,
     source: concurrent.futures.Future[dict[str, Any]],
     say: Callable[[str], None],
@@ -292,7 +324,8 @@ def _write_checked(
         "rows": counts["stat:rows"],
         "schema": manifest.schema_entries(schema),
         "schema_ddl": manifest.schema_ddl(schema),
-        "schema_inferred": inferred,
+        "schema_inferred": not chosen.declared,
+        "inference": chosen.entry(),
         "columns": manifest.columns_from(counts, schema),
         "partition_by": list(request.partition_by),
         "files": manifest.data_files(staged),
@@ -428,6 +461,9 @@ def _write_frame(
     from pyspark.sql import Observation
     from pyspark.sql import functions as F  # noqa: N812
 
+    for field in schema.fields:
+        if field.metadata:  # a text column of dates, and why (`text_date_guard` reads it)
+            typed = typed.withMetadata(field.name, field.metadata)
     flag = inference.sql_name(inference.BAD_COLUMN)
     # Most checks are counted from the written files, with their statistics
     # (`checks.counters`); the others here, as the rows go by: when the rows written are
@@ -660,8 +696,11 @@ def read_text(
     src: str,
     options: read_options.ReadOptions,
     declared: StructType | None,
+    *,
+    names: list[str] | None = None,
 ) -> tuple[DataFrame, list[str]]:
-    """The source with every column as text (Parquet: as it is), and the column names."""
+    """The source with every column as text (Parquet: as it is), and the column names
+    (`names`, the sniffer's, when given: no job to read a header)."""
     from pyspark.sql import types as T  # noqa: N812
 
     with _reading(src):
@@ -669,13 +708,70 @@ def read_text(
             df = spark.read.parquet(src)
             return df, df.columns
         reader = spark.read.options(**options.spark_options())
-        names = _names(spark, src, options, declared)
+        if names is None:
+            names = _names(spark, src, options, declared)
+        else:
+            _check_names(src, names)
         text_schema = T.StructType(
             [T.StructField(n, T.StringType(), True) for n in names]
             + [T.StructField(read_options.CORRUPT_COLUMN, T.StringType(), True)]
         )
         df = reader.schema(text_schema).format(options.format).load(src)
         return df, names
+
+
+def _check_names(src: str, names: list[str]) -> None:
+    try:
+        read_options.check_columns(names)
+    except read_options.ReadOptionsError as exc:
+        raise IngestError(f"{src}: {exc}") from exc
+
+
+def _sniff(src: str, options: read_options.ReadOptions) -> sniffing.Sniffed | None:
+    """The sniffer's dialect and column guesses (`sniffing`), its failure an IngestError;
+    with renamed header names, every file's header checked here (Spark's check would
+    compare them with the new names)."""
+    try:
+        sniffed = sniffing.sniff(src, options)
+        if sniffed is not None and sniffed.options.renamed_header:
+            sniffing.check_headers(src, sniffed.options)
+    except sniffing.SniffError as exc:
+        raise IngestError(str(exc)) from exc
+    return sniffed
+
+
+def _declared_formats(
+    declared: StructType, sniffed: sniffing.Sniffed | None, options: read_options.ReadOptions
+) -> read_options.ReadOptions:
+    """`options` with the formats the sniffer found for the declared columns of their
+    kind (a DATE column written `2012/01/01`), where no format was given for them; a
+    day/month order the sample left open is refused (`--date-format` settles it)."""
+    if sniffed is None:
+        return options
+    formats = dict(options.formats)
+    for field in declared.fields:
+        guess = sniffed.guesses.get(field.name)
+        type_name = field.dataType.typeName()
+        if guess is None or field.name in formats:
+            continue
+        kind = {"timestamp_ntz": "timestamp"}.get(type_name, type_name)
+        given = options.date_format if kind == "date" else options.timestamp_format
+        if kind in ("date", "timestamp") and guess.type == kind and not given:
+            patterns = tuple(p for p in guess.patterns if p)
+            if len(patterns) == 2:
+                raise IngestError(
+                    f"column {field.name!r}: its dates read either way round in the sample "
+                    f"(no day past 12): --{kind}-format '{patterns[0]}' or "
+                    f"'{patterns[1]}' says which"
+                )
+            fmt = guess.column_format()
+        elif inference.same_family(kind, guess.type):
+            fmt = guess.column_format("")
+        else:
+            fmt = None
+        if fmt is not None:
+            formats[field.name] = fmt
+    return options.model_copy(update={"formats": formats})
 
 
 def _names(

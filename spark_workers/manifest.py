@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 
 FILE_NAME = "_manifest.json"
 FORMAT = 1
+#: A text column's metadata key (in the Parquet files): its values look like dates, and
+#: why the ingest kept it text, with the option that types it (`text_date_guard` reads it).
+TEXT_DATES_METADATA = "osrdyne.dates_as_text"
 
 
 def columns_from(counts: dict[str, Any], schema: StructType) -> dict[str, dict[str, Any]]:

@@ -228,6 +228,10 @@ def ingest(  # noqa: C901 - one option per reader setting, checked in ReadOption
             "with --append, rows whose key the dataset holds are dropped."
         ),
     ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(help="Print the schema the ingest would use (types, formats), write nothing."),
+    ] = False,
     master: Annotated[str, typer.Option(help="Spark master URL.")] = "local[*]",
 ) -> None:
     """Read raw files, type and check them, publish a new dataset version (Parquet)."""
@@ -277,6 +281,7 @@ def ingest(  # noqa: C901 - one option per reader setting, checked in ReadOption
         promote=promote,
         append=append,
         dedup_on=tuple(dedup_on or ()),
+        dry_run=dry_run,
     )
     progress = Progress(2)
     with progress.stage("starting Spark") as info:
@@ -303,6 +308,9 @@ def ingest(  # noqa: C901 - one option per reader setting, checked in ReadOption
     finally:
         if owned:
             spark.stop()
+    if dry_run:
+        typer.echo("dry run: nothing written")
+        return
     pointer = f", {request.name!r} points at it" if promote else ""
     typer.echo(f"dataset {request.dataset!r} published under {dest_root}{pointer}")
 

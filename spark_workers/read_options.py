@@ -82,6 +82,48 @@ def _one_char(value: str | None, what: str) -> str | None:
     return value
 
 
+def python_codec(charset: str) -> str:
+    """The Python codec of a Java charset name this module allows."""
+    return {"windows-1252": "cp1252", "US-ASCII": "ascii"}.get(charset, charset.lower())
+
+
+class ColumnFormat(pydantic.BaseModel):
+    """How one column's values are written, when not in the default form (found by
+    `sniffing`, checked over every row by `inference`, kept in the manifest)."""
+
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+
+    #: A date's or timestamp's Spark pattern (`yyyy/M/d`, `d-MMM-yyyy`, `M/d/yyyy H:mm`).
+    pattern: str | None = None
+    #: A number's decimal separator.
+    decimal: Literal[".", ","] = "."
+    #: A number's thousands separator (`1,234.5`, `1.234,5`).
+    thousands: Literal[",", ".", " ", "'"] | None = None
+    #: Booleans written `T`/`F`, `yes`/`no` as well as `true`/`false` (any case).
+    words: bool = False
+
+    @pydantic.field_validator("pattern")
+    @classmethod
+    def _pattern(cls, value: str | None) -> str | None:
+        if value is not None and (len(value) > 64 or not _DATETIME_PATTERN.fullmatch(value)):
+            raise ValueError(f"{value!r} is not a datetime pattern")
+        return value
+
+    @pydantic.model_validator(mode="after")
+    def _separators(self) -> ColumnFormat:
+        if self.thousands == self.decimal:
+            raise ValueError("the thousands separator cannot be the decimal separator")
+        return self
+
+    def describe(self) -> str:
+        """The format in a few words (`yyyy/M/d`, `1.234,5`, `T/F`)."""
+        if self.pattern:
+            return self.pattern
+        if self.words:
+            return "true/false, T/F, yes/no"
+        return f"1{self.thousands or ''}234{self.decimal}5"
+
+
 class ReadOptions(pydantic.BaseModel):
     """The reader's options, as `ingest` takes them (`None`: the default of the format)."""
 
@@ -102,7 +144,12 @@ class ReadOptions(pydantic.BaseModel):
     encoding: str | None = None
     multiline: bool = False
     header: bool | None = None
+    #: The header's names were made non-empty and unique (`sniffing.column_names`): the
+    #: ingest checks each file's header itself, Spark's reader does not.
+    renamed_header: bool = False
     mode: Mode = "permissive"
+    #: Per column, how its values are written where not in the default form (`sniffing`).
+    formats: dict[str, ColumnFormat] = pydantic.Field(default_factory=dict)
     #: Most bad rows a permissive or dropmalformed ingest accepts before it refuses to publish.
     max_bad_rows: int = pydantic.Field(default=1000, ge=0, le=1_000_000)
 
@@ -125,6 +172,13 @@ class ReadOptions(pydantic.BaseModel):
                     f"characters, not {marker!r}"
                 )
         return tuple(dict.fromkeys(value))
+
+    @pydantic.field_validator("formats")
+    @classmethod
+    def _formats(cls, value: dict[str, ColumnFormat]) -> dict[str, ColumnFormat]:
+        if len(value) > MAX_COLUMNS:
+            raise ValueError(f"at most {MAX_COLUMNS} column formats")
+        return value
 
     @pydantic.field_validator("date_format", "timestamp_format")
     @classmethod
@@ -202,11 +256,15 @@ class ReadOptions(pydantic.BaseModel):
                 # declared schema's, or the first file's header), case aside; a file with
                 # its columns in another order fails the read instead of being read by
                 # position, each value under another column's name.
-                enforceSchema=str(not self.has_header).lower(),
+                enforceSchema=str(not self.has_header or self.renamed_header).lower(),
             )
         else:
             options["primitivesAsString"] = "true"
         return options
+
+    def format_of(self, column: str) -> ColumnFormat | None:
+        """Column `column`'s own format, if it has one."""
+        return self.formats.get(column)
 
     @property
     def has_header(self) -> bool:
