@@ -20,7 +20,8 @@ sends runs before the guard has decided.
 4. the **analyzed** plan is checked: every operator and every expression by its resolved
    class, whatever the spelling (`IDENTIFIER('reflect')`, `system.builtin.x`, a bare
    `current_user`, a lambda, a subquery, a CTE), and every leaf relation must be the temp view
-   `dataset` (constants and CTE references aside);
+   `dataset` (constants and CTE references aside), and no text column is compared with
+   a literal that looks like a date (`text_date_guard`: a silent lexicographic answer);
 5. the DataFrame is built from that checked plan (`Dataset.ofRows`, which does not analyse an
    analysed plan again): what runs is exactly what was checked.
 
@@ -34,7 +35,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from spark_workers import plan_tree, sql_bounds
+from spark_workers import plan_tree, sql_bounds, text_date_guard
 from spark_workers import sql_allowlist as allow
 from worker_sdk import HandlerError
 
@@ -163,8 +164,11 @@ def check_analyzed(
     try:
         for tree in trees:
             checker.visit(tree)
+        text_date_guard.check(trees)
     except sql_bounds.OutOfBounds as exc:
         raise QueryRefused(str(exc), **exc.details) from None
+    except text_date_guard.TextDateComparison as exc:
+        raise QueryRefused(str(exc), column=exc.column, option=exc.option) from None
 
 
 class _Checker:
