@@ -172,7 +172,13 @@ async def test_failures_are_error_responses_with_details(harness: Any) -> None:
     assert doc["details"] == {"why": "testing"}
     unknown = await h.call(path="nope")
     assert unknown.status == "core_error"
-    assert unknown.json()["details"]["known_paths"] == ["encoded", "json", "refuse", "reply", "thread"]
+    assert unknown.json()["details"]["known_paths"] == [
+        "encoded",
+        "json",
+        "refuse",
+        "reply",
+        "thread",
+    ]
     bad_json = await h.call(b"{", path="json")
     assert bad_json.status == "core_error" and "JSONDecodeError" in bad_json.json()["error"]
     assert h.worker.stats["failed"] == 3
