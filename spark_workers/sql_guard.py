@@ -126,11 +126,22 @@ def checked_sql(
             f"invalid query: {_message(exc)}", details={"reason": "analysis"}
         ) from exc
     try:
-        check_analyzed(tree, view=view, limits=limits)
+        check_analyzed(tree, view=view, limits=limits, hints=lambda name: _hint(spark, view, name))
     except RecursionError:
         raise QueryRefused("the query is nested too deeply") from None
     dataset = spark._jvm.org.apache.spark.sql.classic.Dataset  # type: ignore[union-attr]
     return DataFrame(dataset.ofRows(jsession, analyzed), spark)
+
+
+def _hint(spark: SparkSession, view: str, column: str) -> str | None:
+    """Why the view's text column `column` is text, from its metadata (asked only when a
+    query is refused for it)."""
+    try:
+        fields = {f.name: f for f in spark.table(view).schema.fields}
+    except Exception:
+        return None
+    field = fields.get(column)
+    return text_date_guard.hint_of(field.metadata) if field is not None else None
 
 
 def activate(spark: SparkSession) -> None:
@@ -156,15 +167,20 @@ def check_parsed(trees: list[Tree], *, limits: Limits | None = None) -> None:
 
 
 def check_analyzed(
-    trees: list[Tree], *, view: str = "dataset", limits: Limits | None = None
+    trees: list[Tree],
+    *,
+    view: str = "dataset",
+    limits: Limits | None = None,
+    hints: text_date_guard.Hints | None = None,
 ) -> None:
     """Refuse an analyzed plan with a class outside the allowlists, reading anything but the
-    temp view `view`, or asking more than `limits`."""
+    temp view `view`, asking more than `limits`, or comparing a text column with a date
+    (`text_date_guard`; `hints`: a column's reason to be text)."""
     checker = _Analyzed(limits or Limits(), view)
     try:
         for tree in trees:
             checker.visit(tree)
-        text_date_guard.check(trees)
+        text_date_guard.check(trees, hints)
     except sql_bounds.OutOfBounds as exc:
         raise QueryRefused(str(exc), **exc.details) from None
     except text_date_guard.TextDateComparison as exc:

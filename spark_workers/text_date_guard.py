@@ -19,6 +19,7 @@ refused`, `column`, `option`). Comparing a parsed value is the way: `to_date(col
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from spark_workers import manifest
@@ -63,35 +64,44 @@ class TextDateComparison(Exception):
         self.column, self.literal, self.option = column, literal, option
 
 
-def check(trees: list[Tree]) -> None:
+#: A column's reason to be text, from the dataset's schema (None: none known).
+Hints = Callable[[str], str | None]
+
+
+def check(trees: list[Tree], hints: Hints | None = None) -> None:
     """Raise `TextDateComparison` for the first comparison of a text column with a
-    date-looking literal anywhere in an analyzed plan (subqueries and rewrites included)."""
+    date-looking literal anywhere in an analyzed plan (subqueries and rewrites included).
+    `hints` gives a column's reason to be text (the metadata the ingest wrote: a plan's
+    JSON does not render attributes' metadata)."""
     for tree in trees:
-        _visit(tree)
+        _visit(tree, hints or (lambda name: None))
 
 
-def _visit(tree: Tree) -> None:
+def _visit(tree: Tree, hints: Hints) -> None:
+    from spark_workers import plan_tree
+
     if tree.name in COMPARISONS:
-        _comparison(tree)
+        _comparison(tree, list(tree.children), hints)
+    elif tree.name == "Between":  # its rewrite compares a common expression, not the column
+        parts = [tree.field(k) for k in ("input", "lower", "upper")]
+        _comparison(tree, [p for p in parts if p is not None], hints)
     for _key, value in tree.fields():
-        from spark_workers import plan_tree
-
         for inner in plan_tree.nested(value):
-            _visit(inner)
+            _visit(inner, hints)
     for child in tree.children:
-        _visit(child)
+        _visit(child, hints)
 
 
-def _comparison(tree: Tree) -> None:
-    columns = [c for c in tree.children if _is_text_column(c)]
+def _comparison(tree: Tree, operands: list[Tree], hints: Hints) -> None:
+    columns = [c for c in operands if _is_text_column(c)]
     if not columns:
         return
-    literals = [_text_literal(c) for c in tree.children]
+    literals = [_text_literal(c) for c in operands]
     literals += [str(v) for v in _set_values(tree)]
     for literal in literals:
         if literal is not None and DATE_LIKE.fullmatch(literal):
-            column = columns[0].node
-            raise TextDateComparison(str(column.get("name")), literal, _option(column))
+            name = str(columns[0].node.get("name"))
+            raise TextDateComparison(name, literal, _option(hints(name)))
 
 
 def _is_text_column(tree: Tree) -> bool:
@@ -117,14 +127,16 @@ def _set_values(tree: Tree) -> list[Any]:
     return []
 
 
-def _option(column: dict[str, Any]) -> str:
-    """What types the column: the pipeline's reason and option, kept in its metadata, or
-    the general advice."""
-    metadata = column.get("metadata")
-    if isinstance(metadata, dict):
-        why = metadata.get(manifest.TEXT_DATES_METADATA)
-        if isinstance(why, str) and why:
-            return f"The ingest kept it text: {why}"
+def hint_of(metadata: dict[str, Any]) -> str | None:
+    """The ingest's reason a column is text, from its metadata."""
+    why = metadata.get(manifest.TEXT_DATES_METADATA)
+    return why if isinstance(why, str) and why else None
+
+
+def _option(why: str | None) -> str:
+    """What types the column: the pipeline's reason and option, or the general advice."""
+    if why:
+        return f"The ingest kept it text: {why}"
     return (
         "Ingest it again with `pipeline ingest` (which types dates written yyyy/MM/dd, "
         "dd/MM/yyyy, with month names...), with --date-format PATTERN (or "
