@@ -67,7 +67,8 @@ async def test_a_new_key_is_answered_by_a_pod_of_its_deployment(
         assert pod["metadata"]["annotations"][ANNOTATION_KEY] == key
         assert pod["spec"]["containers"][0]["image"].endswith(kube.worker_image)
         assert pod["metadata"]["ownerReferences"][0]["kind"] == "ReplicaSet"
-        assert pod["metadata"]["name"].startswith(by_key[key]["metadata"]["name"])
+        selector = by_key[key]["spec"]["selector"]["matchLabels"]
+        assert selector.items() <= pod["metadata"]["labels"].items()
 
 
 async def test_a_killed_pod_is_replaced_by_its_replica_set_and_the_key_answered_again(
