@@ -123,6 +123,9 @@ class RabbitNode:
         #: 4.0: the deprecated features left permitted (None: the scripts' default).
         self.permit = permit
         self.process: subprocess.Popen[bytes] | None = None
+        #: Whether the last `stop()` ended the node by itself (False: it was SIGKILLed after
+        #: `STOP_TIMEOUT`, a crash and not the graceful stop asked for).
+        self.stopped_gracefully = True
         self._user = self._run_as()
         self._write_files()
 
@@ -196,7 +199,9 @@ class RabbitNode:
             self.ctl("stop", timeout=STOP_TIMEOUT)
         try:
             self.process.wait(STOP_TIMEOUT)
+            self.stopped_gracefully = True
         except subprocess.TimeoutExpired:
+            self.stopped_gracefully = False
             self.crash()
 
     def crash(self) -> None:
