@@ -56,14 +56,14 @@ def overlay(kube: KubeCluster, namespace: str, pool: str, directory: Path) -> Pa
             },
             {
                 "patch": yaml.safe_dump(
-                    {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "osrdyne-amqp"},
+                    {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "osrdyne-amqp", "namespace": "osrdyne"},
                      "stringData": {"uri": kube.amqp_url, "worker-uri": kube.amqp_url}}
                 )
             },
             {
                 "patch": yaml.safe_dump(
                     {"apiVersion": "v1", "kind": "ConfigMap",
-                     "metadata": {"name": "osrdyne-config"},
+                     "metadata": {"name": "osrdyne-config", "namespace": "osrdyne"},
                      "data": {"osrdyne.toml": to_toml(config)}}
                 )
             },
