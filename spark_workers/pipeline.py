@@ -290,8 +290,9 @@ def ingest(  # noqa: C901 - one option per reader setting, checked in ReadOption
     try:
         with progress.stage(f"ingesting {options.format} from {src} as {request.dataset}") as info:
             result = ingest_mod.run(spark, request, say=typer.echo)
-            info["rows"] = result.manifest["rows"]
-            info["bad rows"] = len(result.bad)
+            if not dry_run:
+                info["rows"] = result.manifest["rows"]
+                info["bad rows"] = len(result.bad)
     except (
         ingest_mod.IngestError,
         appending.AppendError,
