@@ -106,7 +106,16 @@ DESCRIPTIONS: dict[str, str] = {
 #: Markers that are no component: registered here with the others.
 OTHER_MARKERS: dict[str, str] = {
     "soak": "a long run, opt-in: --soak (or --chaos for the one marked chaos too)",
+    "rabbitmq4": "broker-facing: scripts/test.sh runs it on RabbitMQ 4.0 too (given by folder)",
+    "rabbitmq3_only": "reproduces a RabbitMQ 3.x behaviour 4.0 does not have (its reason says "
+    "which): not in the 4.0 pass",
 }
+
+#: The broker-facing folders: scripts/test.sh runs their tests on RabbitMQ 3.10 and, again,
+#: on 4.0 (marker `rabbitmq4`, given here), but those marked `rabbitmq3_only`.
+BOTH_BROKERS = tuple(
+    TESTS / d for d in ("dispatch", "dead_letters", "bounds", "faults", "cluster", "interop")
+)
 
 #: What `scripts/test.sh --quick` leaves out (a `-m` expression).
 QUICK = "not (" + " or ".join(DESCRIPTIONS) + ")"
@@ -135,6 +144,10 @@ def components(item: pytest.Item) -> list[str]:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark each test with its components (before `-m` selects on them) and its xdist group."""
     for item in items:
+        if set(Path(str(item.path)).parents) & set(BOTH_BROKERS) and (
+            item.get_closest_marker("rabbitmq3_only") is None
+        ):
+            item.add_marker(pytest.mark.rabbitmq4)
         found = components(item)
         for marker in found:
             if item.get_closest_marker(marker) is None:

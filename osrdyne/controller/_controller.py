@@ -230,13 +230,13 @@ class Controller:
             async with asyncio.timeout(s.amqp.startup_timeout):
                 # Before anything is declared: a broker that cannot serve the pool gets none of
                 # it (a client is told PoolNotFound at once, rather than waiting unanswered).
-                await _topology.require_statistics(self.api)
+                version = await _topology.check_broker(self.api)
             async with asyncio.timeout(min(s.amqp.operation_timeout, s.amqp.startup_timeout)):
                 await _topology.declare_pool(
                     connection, self.names, replicated=bool(s.queues.replicate_pool_queues)
                 )
             async with asyncio.timeout(s.amqp.startup_timeout):
-                await _topology.apply_policy(self.api, self.names, s.queues)
+                await _topology.apply_policy(self.api, self.names, s.queues, broker_version=version)
             self._set_role(Role.STANDBY)
             acquiring = asyncio.create_task(_leadership.acquire(connection, self.names))
             if not await _first(acquiring, self._stopping, lost):

@@ -373,7 +373,8 @@ class QueueSettings(BaseModel):
         default=5,
         ge=1,
         description="Deliveries of one request before it dies as `delivery_limit` and goes "
-        "to the poison queue (quorum queues only).",
+        "to the poison queue (quorum queues only). None: no limit (written as -1 on "
+        "RabbitMQ 4.x, whose quorum queues stop at 20 deliveries when none is set).",
     )
     max_length: int | None = Field(
         default=None,

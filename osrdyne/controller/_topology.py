@@ -3,7 +3,10 @@
 Every controller of a pool declares the same objects with the same arguments at start, so two
 controllers starting together agree instead of fighting. Request queues get their dead-letter
 exchange as an argument (a queue never exists without it, even before the policy lands); TTL,
-delivery limit and length bound come from a policy, so operators can change them live.
+delivery limit and length bound come from a policy, so operators can change them live. The
+policy is written for the broker's release (`check_broker`): RabbitMQ 4.x gives quorum queues a
+delivery limit of 20 where none is set, so `queues.delivery_limit = None` (no limit) is written
+as 4.x's -1 there, and left out on 3.x (which refuses -1).
 
 On a cluster (several broker addresses) request queues are quorum queues of
 `queues.initial_group_size` replicas with their leaders spread over the nodes, and the pool's
@@ -119,20 +122,33 @@ def policy_name(names: PoolNames) -> str:
     return f"osrdyne-{names.pool}-requests"
 
 
-def policy_definition(names: PoolNames, settings: QueueSettings) -> dict[str, Any]:
+def policy_definition(
+    names: PoolNames, settings: QueueSettings, *, broker_version: str
+) -> dict[str, Any]:
     definition: dict[str, Any] = {"dead-letter-exchange": names.dead_letter_exchange}
     if settings.message_ttl is not None:
         definition["message-ttl"] = int(settings.message_ttl * 1000)
-    if settings.delivery_limit is not None and settings.type == "quorum":
-        definition["delivery-limit"] = settings.delivery_limit
+    if settings.type == "quorum":
+        if settings.delivery_limit is not None:
+            definition["delivery-limit"] = settings.delivery_limit
+        elif major_version(broker_version) >= 4:
+            definition["delivery-limit"] = -1  # 4.x's "no limit" (its default is 20)
     if settings.max_length is not None:
         definition["max-length"] = settings.max_length
         definition["overflow"] = "drop-head"
     return definition
 
 
-async def require_statistics(api: ManagementApi) -> None:
-    """`BrokerUnsuitable` unless the broker's management API collects statistics.
+def major_version(version: str) -> int:
+    """The major release of a RabbitMQ version string ("4.0.5" -> 4); 3 when unreadable (the
+    oldest release osrdyne knows, whose policies are the most restricted)."""
+    head = version.split(".", 1)[0]
+    return int(head) if head.isdigit() else 3
+
+
+async def check_broker(api: ManagementApi) -> str:
+    """The broker's RabbitMQ version; `BrokerUnsuitable` unless its management API collects
+    statistics.
 
     The controller reads a queue's depth there before it deletes it (a quorum queue whose
     member is down counts 0 to a passive declare, whatever it holds), finds quorum queues
@@ -142,23 +158,26 @@ async def require_statistics(api: ManagementApi) -> None:
     queue without depth and every node without figures: the controller would take every idle
     queue for leaderless and never retire a group. It says so instead, at every session."""
     overview = await api.overview(columns="disable_stats,rabbitmq_version")
+    version = str(overview.get("rabbitmq_version") or "?")
     if overview.get("disable_stats") is True:
         raise BrokerUnsuitable(
-            f"the broker's management API collects no statistics (RabbitMQ "
-            f"{overview.get('rabbitmq_version', '?')}: deprecated_features.permit."
-            "management_metrics_collection = false or management_agent."
-            "disable_metrics_collector = true): osrdyne reads queue depths and node figures "
-            "there; permit it (docs/operations.md)"
+            f"the broker's management API collects no statistics (RabbitMQ {version}: "
+            "deprecated_features.permit.management_metrics_collection = false or "
+            "management_agent.disable_metrics_collector = true): osrdyne reads queue depths "
+            "and node figures there; permit it (docs/operations.md)"
         )
+    return version
 
 
-async def apply_policy(api: ManagementApi, names: PoolNames, settings: QueueSettings) -> None:
+async def apply_policy(
+    api: ManagementApi, names: PoolNames, settings: QueueSettings, *, broker_version: str
+) -> None:
     """Put the request-queue policy (TTL, delivery limit, dead-lettering, length bound) and the
     poison queue's (a length bound: a flood of bad requests cannot fill the broker)."""
     await api.put_policy(
         policy_name(names),
         pattern="^" + re.escape(names.request_queue_prefix),
-        definition=policy_definition(names, settings),
+        definition=policy_definition(names, settings, broker_version=broker_version),
         priority=settings.policy_priority,
         apply_to="queues",
     )

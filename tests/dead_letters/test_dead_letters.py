@@ -5,6 +5,7 @@ policy is the one the controller applies through the management API."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import urllib.parse
 import uuid
@@ -157,3 +158,50 @@ async def test_poison_is_kept_listed_replayed_and_dropped(
     assert await poison.drop(amqp_url, pool, again[0].id) is not None
     assert await poison.list_entries(amqp_url, pool) == []
     assert await poison.drop(amqp_url, pool, "nope") is None
+
+
+#: Deliveries past RabbitMQ 4.x's default delivery limit of quorum queues (20).
+PAST_4X_DEFAULT = 25
+
+
+@pytest.mark.slow
+async def test_no_delivery_limit_is_no_limit_on_either_broker(
+    make_controller: Any, client: Client, pool: str
+) -> None:
+    """`queues.delivery_limit = None` means no limit: RabbitMQ 4.x's quorum queues dead-letter
+    a request after 20 deliveries when no limit is set, so the controller's policy says -1
+    there (3.x refuses -1, and has no default limit). A consumer that drops its channel with
+    the request unacked (as a crashing worker does) `PAST_4X_DEFAULT` times still gets it
+    back, nothing dies, then it acks."""
+    running = await make_controller(pool, queues={"delivery_limit": None}, driver={"kind": "noop"})
+    names = PoolNames(pool)
+    call = asyncio.create_task(client.call(pool, "again", b"x", timeout=120))
+    try:
+        async with raw_connection(broker.AMQP_URL) as connection:
+            queue_name = await eventually(
+                lambda: _declared(connection, names.request_queue("again")),
+                what="request queue created by the orphan processor",
+            )
+            for delivery in range(PAST_4X_DEFAULT + 1):
+                channel = await connection.channel()
+                queue = await channel.declare_queue(queue_name, passive=True)
+                message = await eventually(
+                    lambda q=queue: q.get(no_ack=False, fail=False),
+                    what=f"delivery {delivery + 1}",
+                    timeout=60,
+                )
+                if delivery == PAST_4X_DEFAULT:
+                    await message.ack()
+                await channel.close()  # unacked: back in the queue, one delivery more
+        assert counter(running, "dead_letters", "delivery_limit") == 0
+        name = urllib.parse.quote(queue_name, safe="")
+        async with broker.management() as http:
+            info = await eventually(
+                lambda: _queue_with_policy(http, name), what="policy applied to the queue"
+            )
+        limit = info["effective_policy_definition"].get("delivery-limit")
+        assert limit == (-1 if broker.VERSION == "4" else None)
+    finally:
+        call.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await call
