@@ -14,9 +14,9 @@
 # minutes, once) and kept under /var/lib/osrdyne-rabbitmq/<version>-r<recipe> (a changed recipe
 # makes a new one beside; older ones are removed). No service starts in it at installation.
 #
-# `run` gives CMD a mount namespace of its own (unshare) in which the root has /proc, /dev, /sys
-# and each --bind DIR at the same path (the node's data, log and config directories), then
-# chroots into it, as the root's `rabbitmq` user when we are root. Nothing is mounted on the
+# `run` gives CMD a mount namespace of its own (unshare) in which the root has /proc, /dev, /sys,
+# a /tmp of its own (tmpfs) and each --bind DIR at the same path (the node's data, log and
+# config directories), then chroots into it, as the root's `rabbitmq` user when we are root. Nothing is mounted on the
 # host and nothing runs but CMD: it is this host's process (its pid, its signals, its
 # environment in /proc/<pid>/environ, its open-files limit), on this host's network (loopback
 # ports, the host's epmd), so the scripts and tests that find, kill and pause nodes work on it
@@ -126,14 +126,16 @@ run() {
   if [[ $(id -u) == 0 ]]; then
     user=(--userspec="$(owner)")
   fi
-  # The mount points of the bound directories, made in the root once (empty directories).
-  for dir in "${binds[@]}"; do mkdir -p "$ROOT$dir"; done
+  # The bound directories' mount points are made in the namespace: under /tmp on its tmpfs
+  # (gone with it), elsewhere in the root (kept, empty).
   exec unshare --mount --propagation private -- /bin/sh -euc '
     root=$1; nbinds=$2; shift 2
     mount -t proc proc "$root/proc"
     mount --rbind /dev "$root/dev"
     mount --rbind /sys "$root/sys"
+    mount -t tmpfs -o mode=1777 tmpfs "$root/tmp"
     while [ "$nbinds" -gt 0 ]; do
+      mkdir -p "$root$1"
       mount --bind "$1" "$root$1"; shift; nbinds=$((nbinds - 1))
     done
     exec chroot "$@"' sh "$ROOT" "${#binds[@]}" "${binds[@]}" "${user[@]}" "$ROOT" "$@"
