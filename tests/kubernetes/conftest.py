@@ -28,6 +28,8 @@ import yaml
 from osrdyne.controller import Controller
 from tests.conftest import controller_settings
 from tests.docker_engine import REPO
+from tests.faults.conftest import make_caller  # noqa: F401  (a fixture: the counting caller)
+from tests.kubernetes.driver_factory import make_drivers, traffic  # noqa: F401  (fixtures)
 
 ENSURE_KUBERNETES = REPO / "scripts" / "ensure_kubernetes.sh"
 DEPLOY = REPO / "deploy"

@@ -56,7 +56,8 @@ def overlay(kube: KubeCluster, namespace: str, pool: str, directory: Path) -> Pa
             },
             {
                 "patch": yaml.safe_dump(
-                    {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "osrdyne-amqp", "namespace": "osrdyne"},
+                    {"apiVersion": "v1", "kind": "Secret",
+                     "metadata": {"name": "osrdyne-amqp", "namespace": "osrdyne"},
                      "stringData": {"uri": kube.amqp_url, "worker-uri": kube.amqp_url}}
                 )
             },
