@@ -142,7 +142,13 @@ async def test_an_append_moves_the_name_and_no_answer_of_it_comes_from_a_cache(
     done = ingest(first, root, "--name", "sales", "--version", "v1")
     assert done.exit_code == 0, done.output
     # Real worker processes over the root (its path given to them by the driver).
-    running = await make_controller(pool, driver=query_worker_driver(tmp_path, root, memory="512m"))
+    # Groups never stopped for idleness here: `sales@v1`'s worker (its cache) must live
+    # through the append and the restart of `sales`'s, minutes on a loaded machine.
+    running = await make_controller(
+        pool,
+        driver=query_worker_driver(tmp_path, root, memory="512m"),
+        groups={"unbind_delay": 3600, "stop_delay": 3600},
+    )
     driver = running.controller.driver
     assert isinstance(driver, SubprocessDriver)
     count = {"group_by": ["city"], "aggregates": [{"fn": "count", "as": "n"}]}

@@ -225,7 +225,11 @@ async def test_a_pinned_version_is_answered_from_the_workers_memory_and_a_name_n
     root.mkdir()
     shutil.copytree(connect_datasets / "sales", root / "sales@v1")
     (root / "sales").symlink_to("sales@v1")
-    await make_controller(pool, driver=connect_driver(tmp_path, root, connect_url))
+    await make_controller(
+        pool,
+        driver=connect_driver(tmp_path, root, connect_url),
+        groups={"unbind_delay": 3600, "stop_delay": 3600},  # the worker and its cache live on
+    )
     for key, first_header, again_header in (("sales@v1", "miss", "hit"), ("sales", None, None)):
         first = await client.call(pool, key, COUNT_BY_STORE, timeout=180)
         again = await client.call(pool, key, COUNT_BY_STORE, timeout=60)
