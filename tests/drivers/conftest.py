@@ -1,4 +1,5 @@
-"""Fixtures of the driver tests: driver factories and the API-server double.
+"""Fixtures of the driver tests: driver factories, and the API double for the kubernetes
+driver's faults a real API server cannot give on demand (k8s_double.py).
 
 The Docker engine, its worker image and the host's interpreter mounted into containers come
 from `tests.docker_engine` (a plugin of tests/conftest.py, shared with the cluster tests).
@@ -142,7 +143,8 @@ async def run_controller(
 
 @pytest.fixture
 def k8s_api() -> Iterator[Any]:
-    """A fresh API-server double (see k8s_double.py: no cluster runs here)."""
+    """A fresh API double (k8s_double.py): for the faults a real API server cannot be made to
+    give at a chosen moment; the driver runs on a real cluster in tests/kubernetes/."""
     from tests.drivers import k8s_double
 
     double = k8s_double.ApiServerDouble().start()
@@ -152,7 +154,7 @@ def k8s_api() -> Iterator[Any]:
 
 @pytest.fixture
 async def k8s_driver(k8s_api: Any, pool_name: str) -> AsyncIterator[DriverFactory]:
-    """Builds KubernetesDrivers of the test's pool, talking to the double."""
+    """Builds KubernetesDrivers of the test's pool, talking to the API double."""
     from drivers import kubernetes
 
     drivers = Drivers(

@@ -1,23 +1,27 @@
-"""A stand-in Kubernetes API server: no cluster can run where these tests run.
+"""A stand-in Kubernetes API server, for the faults a real one cannot be made to give at a
+chosen moment.
 
-It serves the real REST paths the official client uses for what the kubernetes driver does,
-and nothing else:
+The kubernetes driver runs on a real cluster in tests/kubernetes/ (test_driver.py,
+test_driver_hpa.py and the end-to-end tests). This double is left for what cannot be caused
+there on demand: a 5xx or a 429 answer to one chosen call (`fail_next`), a read that misses an
+object another controller has just created (a create race: `fail_next(404)` on the read,
+then the real 409 on the create), and another client's write between the driver's read and
+its replace (`change_before_next`). The tests that use it are in
+tests/drivers/test_kubernetes.py and tests/drivers/test_kubernetes_hpa.py, each saying so.
+
+It serves the real REST paths the official client uses for what the driver does, and nothing
+else:
 
 - `/apis/apps/v1/namespaces/{ns}/deployments[/{name}]`
 - `/apis/keda.sh/v1alpha1/namespaces/{ns}/scaledobjects[/{name}]`
 - `/apis/autoscaling/v2/namespaces/{ns}/horizontalpodautoscalers[/{name}]`
-- `/api/v1/namespaces/{ns}/pods[/{name}]` (GET only: a test plays the kubelet, `put_pod`)
+- `/api/v1/namespaces/{ns}/pods` (GET: always empty; no pods run here)
 
 with GET (one, or a list filtered by `labelSelector` equality terms), POST (201, or 409 when
 the name exists), PUT (optimistic concurrency on `metadata.resourceVersion`: 409 on a stale
-one), PATCH (JSON merge patch) and DELETE (404 when absent), answering Kubernetes `Status`
-documents on errors. Like a real API server it refuses what its schemas refuse (422):
-Deployments and HorizontalPodAutoscalers are checked with `kubernetes-validate` (Kubernetes
-1.29, strict: the JSON schemas it ships are generated from the upstream OpenAPI document),
-ScaledObjects with the KEDA schema in `schemas/`. Deleting an object also deletes the objects
-whose `metadata.ownerReferences` name its uid, as the garbage collector does (at once, not in
-the background). It does not run pods, roll Deployments or scale anything: a test that needs
-pods (a crash loop, say) stores them as the kubelet would report them (`put_pod`).
+one) and DELETE (404 when absent), answering Kubernetes `Status` documents on errors. It
+validates nothing, has no garbage collector and runs nothing: the real server's behaviour is
+tested on the real server.
 """
 
 from __future__ import annotations
@@ -30,19 +34,8 @@ import threading
 import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
-
-import jsonschema
-import kubernetes_validate
-
-KUBERNETES_VERSION = "1.29"
-SCHEMAS = Path(__file__).parent / "schemas"
-SCALED_OBJECT_SCHEMA = json.loads((SCHEMAS / "keda-scaledobject-v1alpha1.json").read_text())
-TRIGGER_AUTHENTICATION_SCHEMA = json.loads(
-    (SCHEMAS / "keda-triggerauthentication-v1alpha1.json").read_text()
-)
 
 _PATH = re.compile(
     r"^/api(?:s/(?P<group>apps/v1|keda\.sh/v1alpha1|autoscaling/v2)|/(?P<core>v1))"
@@ -62,19 +55,6 @@ _GROUPS = {
     "horizontalpodautoscalers": "autoscaling/v2",
     "pods": "v1",
 }
-#: Objects only the cluster itself writes: read-only through the API.
-_READ_ONLY = frozenset({"pods"})
-
-
-def validate(manifest: dict[str, Any]) -> None:
-    """Raise when `manifest` is not valid for its kind (Kubernetes 1.29 or our KEDA schema)."""
-    kind = manifest.get("kind")
-    if kind == "ScaledObject":
-        jsonschema.validate(manifest, SCALED_OBJECT_SCHEMA)
-    elif kind == "TriggerAuthentication":
-        jsonschema.validate(manifest, TRIGGER_AUTHENTICATION_SCHEMA)
-    else:
-        kubernetes_validate.validate(manifest, KUBERNETES_VERSION, strict=True)
 
 
 def matches(labels: dict[str, str], selector: str) -> bool:
@@ -91,26 +71,16 @@ def matches(labels: dict[str, str], selector: str) -> bool:
     return True
 
 
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch."""
-    if not isinstance(patch, dict):
-        return patch
-    result = dict(target) if isinstance(target, dict) else {}
-    for k, v in patch.items():
-        if v is None:
-            result.pop(k, None)
-        else:
-            result[k] = merge_patch(result.get(k), v)
-    return result
-
-
 class ApiServerDouble:
-    """The objects, the request log and injected faults of one double."""
+    """The objects, the request log and the injected faults of one double."""
 
     def __init__(self) -> None:
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.requests: list[tuple[str, str, Any]] = []
-        self.faults: list[tuple[int, str | None]] = []
+        #: (status, plural or None, method or None) of the answers to inject, in order.
+        self.faults: list[tuple[int, str | None, str | None]] = []
+        #: (method, plural) of the requests before which another client writes the object.
+        self.changes: list[tuple[str, str]] = []
         self.lock = threading.Lock()
         self._versions = itertools.count(1)
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
@@ -131,28 +101,27 @@ class ApiServerDouble:
         self._server.server_close()
         self._thread.join()
 
-    def fail_next(self, status: int, times: int = 1, *, plural: str | None = None) -> None:
-        """Answer the next `times` requests (on `plural` only, when given) with `status`."""
-        self.faults.extend([(status, plural)] * times)
+    def fail_next(
+        self, status: int, times: int = 1, *, plural: str | None = None, method: str | None = None
+    ) -> None:
+        """Answer the next `times` requests (on `plural`, with `method`, when given) with
+        `status`, without doing them."""
+        self.faults.extend([(status, plural, method)] * times)
+
+    def change_before_next(self, method: str, plural: str) -> None:
+        """Just before the next `method` request on an object of `plural`, another client
+        writes that object (its resourceVersion moves on), as a controller or an autoscaler
+        writing its status would between the driver's read and its write."""
+        self.changes.append((method, plural))
 
     def of_kind(self, plural: str, namespace: str = "default") -> list[dict[str, Any]]:
         return [
             o for (p, ns, _), o in sorted(self.objects.items()) if (p, ns) == (plural, namespace)
         ]
 
-    def put_pod(self, pod: dict[str, Any], namespace: str = "default") -> None:
-        """Store (or replace) a Pod as the cluster would report it: what the kubelet does
-        (its `status.containerStatuses`: restarts, last termination) is the test's to say."""
-        with self.lock:
-            meta = pod.setdefault("metadata", {})
-            meta.setdefault("uid", str(uuid.uuid4()))
-            meta["namespace"] = namespace
-            meta["resourceVersion"] = str(next(self._versions))
-            self.objects[("pods", namespace, meta["name"])] = copy.deepcopy(pod)
-
-    def writes(self) -> Iterator[dict[str, Any]]:
-        """Every body the client sent with POST or PUT."""
-        return (body for method, _, body in self.requests if method in ("POST", "PUT"))
+    def writes(self) -> Iterator[tuple[str, str, Any]]:
+        """(method, path, body) of every POST, PUT and DELETE the client sent."""
+        return (r for r in self.requests if r[0] in ("POST", "PUT", "DELETE"))
 
     # -- request handling (under self.lock) -----------------------------------------------
 
@@ -161,8 +130,9 @@ class ApiServerDouble:
     ) -> tuple[int, Any]:
         self.requests.append((method, path, body))
         match = _PATH.match(path)
-        for i, (code, plural_only) in enumerate(self.faults):
-            if plural_only is None or (match is not None and match["plural"] == plural_only):
+        plural = match["plural"] if match is not None else None
+        for i, (code, plural_only, method_only) in enumerate(self.faults):
+            if plural_only in (None, plural) and method_only in (None, method):
                 del self.faults[i]
                 return code, _status(code, "Injected", "injected fault")
         if match is None:
@@ -171,22 +141,29 @@ class ApiServerDouble:
         api_version = match["group"] or match["core"]
         if _GROUPS[plural] != api_version:
             return 404, _status(404, "NotFound", f"the server could not find {path}")
-        if plural in _READ_ONLY and method != "GET":
-            return 405, _status(405, "MethodNotAllowed", f"the double does not {method} {plural}")
+        if (method, plural) in self.changes and (plural, ns, name) in self.objects:
+            self.changes.remove((method, plural))
+            changed = self.objects[(plural, ns, name)]["metadata"]
+            changed["resourceVersion"] = str(next(self._versions))
         if name is None and method == "GET":
-            selector = (query.get("labelSelector") or [""])[0]
-            items = [
-                o for o in self.of_kind(plural, ns)
-                if matches(o["metadata"].get("labels") or {}, selector)
-            ]  # fmt: skip
-            kind = f"{_KINDS[plural]}List"
-            meta = {"resourceVersion": str(next(self._versions))}
-            return 200, {"apiVersion": api_version, "kind": kind, "metadata": meta, "items": items}
+            return self._list(plural, ns, api_version, query)  # pods: none run here
+        if plural == "pods":
+            return 405, _status(405, "MethodNotAllowed", f"the double does not {method} pods")
         if name is None and method == "POST":
             return self._create(plural, ns, body)
         if name is None:
             return 405, _status(405, "MethodNotAllowed", method)
         return self._item(method, plural, ns, name, body)
+
+    def _list(
+        self, plural: str, ns: str, api_version: str, query: dict[str, list[str]]
+    ) -> tuple[int, Any]:
+        selector = (query.get("labelSelector") or [""])[0]
+        objects = self.of_kind(plural, ns)
+        items = [o for o in objects if matches(o["metadata"].get("labels") or {}, selector)]
+        meta = {"resourceVersion": str(next(self._versions))}
+        kind = f"{_KINDS[plural]}List"
+        return 200, {"apiVersion": api_version, "kind": kind, "metadata": meta, "items": items}
 
     def _item(self, method: str, plural: str, ns: str, name: str, body: Any) -> tuple[int, Any]:
         current = self.objects.get((plural, ns, name))
@@ -196,55 +173,32 @@ class ApiServerDouble:
             return 200, current
         if method == "DELETE":
             del self.objects[(plural, ns, name)]
-            self._collect_dependents(ns, current["metadata"]["uid"])
             return 200, {"kind": "Status", "apiVersion": "v1", "status": "Success", "metadata": {}}
         if method == "PUT":
             wanted = body.get("metadata", {}).get("resourceVersion")
             if wanted is not None and wanted != current["metadata"]["resourceVersion"]:
                 return 409, _status(409, "Conflict", "the object has been modified")
-            return self._store(plural, ns, body, current)
-        if method == "PATCH":
-            return self._store(plural, ns, merge_patch(current, body), current)
+            return 200, self._store(plural, ns, body, current)
         return 405, _status(405, "MethodNotAllowed", method)
-
-    def _collect_dependents(self, ns: str, uid: str) -> None:
-        """Delete what `uid` owned (and what that owned), as the garbage collector would."""
-        for where, o in list(self.objects.items()):
-            owners = o["metadata"].get("ownerReferences") or []
-            if where[1] == ns and where in self.objects and any(r["uid"] == uid for r in owners):
-                del self.objects[where]
-                self._collect_dependents(ns, o["metadata"]["uid"])
 
     def _create(self, plural: str, ns: str, body: Any) -> tuple[int, Any]:
         name = body.get("metadata", {}).get("name")
         if (plural, ns, name) in self.objects:
             return 409, _status(409, "AlreadyExists", f'{plural} "{name}" already exists')
-        code, stored = self._store(plural, ns, body, None)
-        return (201 if code == 200 else code), stored
+        return 201, self._store(plural, ns, body, None)
 
     def _store(
         self, plural: str, ns: str, body: Any, current: dict[str, Any] | None
-    ) -> tuple[int, Any]:
+    ) -> dict[str, Any]:
         manifest = copy.deepcopy(body)
         meta = manifest.setdefault("metadata", {})
-        for server_field in ("resourceVersion", "uid", "creationTimestamp", "generation"):
-            meta.pop(server_field, None)
-        try:
-            validate(manifest)
-        except Exception as exc:  # noqa: BLE001  (kubernetes_validate raises several kinds)
-            message = str(exc).splitlines()[0]
-            return 422, _status(422, "Invalid", message)
-        if manifest.get("kind") != _KINDS[plural]:
-            return 400, _status(400, "BadRequest", f"a {manifest.get('kind')} is no {plural}")
-        if meta.get("namespace", ns) != ns:
-            return 400, _status(400, "BadRequest", "namespace does not match the path")
         meta["namespace"] = ns
         meta["uid"] = current["metadata"]["uid"] if current else str(uuid.uuid4())
         meta["creationTimestamp"] = "2026-01-01T00:00:00Z"
         meta["generation"] = (current["metadata"]["generation"] + 1) if current else 1
         meta["resourceVersion"] = str(next(self._versions))
         self.objects[(plural, ns, meta["name"])] = manifest
-        return 200, manifest
+        return manifest
 
 
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:
@@ -277,7 +231,7 @@ def _handler(double: ApiServerDouble) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
-        do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
+        do_GET = do_POST = do_PUT = do_DELETE = _serve
 
         def log_message(self, format: str, *args: Any) -> None:
             pass

@@ -9,8 +9,8 @@ depths, and Prometheus (Debian's `prometheus` package, installed here when missi
 it with the shipped configuration, checked by `promtool` first. It then asks Prometheus the
 query prometheus-adapter makes from deploy/hpa/adapter-config.yaml for each HPA's selector
 (the adapter's `<<.Series>>` / `<<.LabelMatchers>>` template, rendered as the adapter renders
-it) and expects each queue's depth. prometheus-adapter itself and the HPA controller are not
-run: they need a Kubernetes API server, and none can run here (see test_kubernetes_hpa.py).
+it) and expects each queue's depth. prometheus-adapter itself is not run (it cannot be built
+here); the real HPA controller asking for this metric is in tests/kubernetes/test_autoscalers.py.
 """
 
 from __future__ import annotations
