@@ -97,7 +97,8 @@ start() {
   running "$name" "$program" >/dev/null && return 0
   log "starting $name"
   mkdir -p "$RUN" "$LOGS"
-  setsid "$program" "$@" </dev/null >>"$LOGS/$name.log" 2>&1 &
+  # Not holding this script's lock (fd 9): a daemon that kept it would block every later run.
+  setsid "$program" "$@" </dev/null >>"$LOGS/$name.log" 2>&1 9>&- &
   echo $! >"$RUN/$name.pid"
 }
 
@@ -536,6 +537,7 @@ EOF
     --tls-cert-file "$PKI/keda-certs/tls.crt" --tls-private-key-file "$PKI/keda-certs/tls.key" \
     --metrics-service-address "127.0.0.1:$KEDA_GRPC_PORT" \
     --metrics-service-grpc-authority localhost --port 18082 \
+    --lister-kubeconfig "$STATE/keda.kubeconfig" \
     --authentication-kubeconfig "$STATE/keda.kubeconfig" \
     --authorization-kubeconfig "$STATE/keda.kubeconfig" \
     --kubeconfig "$STATE/keda.kubeconfig" --v 1
