@@ -7,8 +7,8 @@ The sample is up to `PART_BYTES` from the start, the middle and the end of each 
 worth). What it finds is a candidate: `inference.infer` then checks each column's type and
 format over every row, and keeps a column text where a value does not fit.
 
-- **encoding**: a UTF-8 byte order mark, or bytes that decode as UTF-8, give UTF-8; other
-  bytes are Windows-1252 (a byte from 0x80 to 0x9F is a C1 control in Latin-1, never text,
+- **encoding**: a UTF-8 byte order mark, or bytes that decode as UTF-8, give UTF-8 (so does
+  a UTF-8 file with one damaged line: `detect_encoding`); other bytes are Windows-1252 (a byte from 0x80 to 0x9F is a C1 control in Latin-1, never text,
   and a printable character in Windows-1252: `’`, `€`), or ISO-8859-1 where a byte is one
   that Windows-1252 leaves undefined;
 - **delimiter**: of `,` `;` tab `|`, the one that splits the most sampled lines into the same
@@ -239,17 +239,30 @@ def _read_parts(path: str) -> list[bytes]:
 
 
 def detect_encoding(raw: bytes) -> str:
-    """UTF-8 (with or without a byte order mark), else Windows-1252, else ISO-8859-1."""
+    """UTF-8 (with or without a byte order mark), else Windows-1252, else ISO-8859-1.
+
+    A sample that is not all UTF-8 is still taken as UTF-8 with damaged lines (which the
+    ingest quarantines, each with its reason, instead of reading every other line wrong)
+    when it holds a valid multi-byte UTF-8 character, or when the lines UTF-8 refuses are a
+    single one and under 1% of the sample's: a file written in a single-byte charset has its
+    accented letters on many lines or is small."""
     if raw.startswith(b"\xef\xbb\xbf"):
         return "UTF-8"
-    try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        # A part may end inside a character: only a failure before the last 3 bytes counts.
-        if exc.start < len(raw) - 3 or exc.reason != "unexpected end of data":
-            undefined = any(b in _CP1252_UNDEFINED for b in set(raw))
-            return "ISO-8859-1" if undefined else "windows-1252"
-    return "UTF-8"
+    lines = raw.split(b"\n")
+    refused = 0
+    for number, line in enumerate(lines):
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            # A part may end inside a character: a failure in its last 3 bytes does not count.
+            cut = number == len(lines) - 1 and exc.reason == "unexpected end of data"
+            refused += not (cut and exc.start >= len(line) - 3)
+            continue
+        if not text.isascii():
+            return "UTF-8"
+    if refused == 0 or (refused == 1 and refused < len(lines) / 100):
+        return "UTF-8"
+    return "ISO-8859-1" if any(b in _CP1252_UNDEFINED for b in set(raw)) else "windows-1252"
 
 
 def _decode(part: bytes, encoding: str, cut: bool) -> str:

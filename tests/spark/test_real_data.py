@@ -125,7 +125,7 @@ def test_answers_equal_pandas_on_the_raw_file(flights: dict[str, Any]) -> None:
 
 def test_the_schema_endpoint_shows_version_and_manifest(flights: dict[str, Any]) -> None:
     app = flights["app"]
-    handlers = dict(app._handlers)  # the worker's own schema endpoint (it knows the catalog)
+    handlers = {path: fn for path, fn, _ in app._handlers}  # the worker's own schema endpoint
     schema = app.call(handlers["schema"], make_request(path="schema", key="flights"))
     assert schema["version"] == "v1"
     assert schema["manifest"]["rows"] == schema["rows"] == len(flights["raw"])
