@@ -6,8 +6,10 @@
 #       with debootstrap: python3 (3.11) in a virtualenv at /opt/python whose bin/ leads PATH,
 #       so `pip install` and `python` behave as in the official python:3.11-slim, which the
 #       Dockerfiles name by default (`--build-arg BASE_IMAGE=...` picks this one instead).
-#   osrdyne-rabbitmq:bookworm          (OSRDYNE_RABBITMQ_IMAGE) Debian's rabbitmq-server on
-#       that base (deploy/compose/Dockerfile.rabbitmq), standing in for rabbitmq:3-management.
+#   osrdyne-rabbitmq:trixie            (OSRDYNE_RABBITMQ_IMAGE) Debian 13's rabbitmq-server
+#       4.0.5 (deploy/compose/Dockerfile.rabbitmq), standing in for rabbitmq:4.0-management, on
+#       osrdyne-debian:trixie-rabbitmq, the Debian 13 root of scripts/rabbitmq_root.sh (the
+#       4.0 broker the tests run beside 3.10, made once and cached) imported as an image.
 #
 # Users with a registry need none of this: the Dockerfiles and the compose file use the
 # official images unless told otherwise (see docs/drivers.md, "docker compose").
@@ -24,7 +26,8 @@ cd "$(dirname "$0")/.."
 source scripts/_quiet.sh
 
 BASE_IMAGE=${OSRDYNE_BASE_IMAGE:-osrdyne-base:python3.11-bookworm}
-RABBITMQ_IMAGE=${OSRDYNE_RABBITMQ_IMAGE:-osrdyne-rabbitmq:bookworm}
+RABBITMQ_IMAGE=${OSRDYNE_RABBITMQ_IMAGE:-osrdyne-rabbitmq:trixie}
+RABBITMQ_BASE=osrdyne-debian:trixie-rabbitmq
 SUITE=bookworm
 CA_BUNDLE=${OSRDYNE_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
 IMAGE_CA_BUNDLE=/etc/ssl/certs/osrdyne-host-ca-bundle.crt
@@ -90,9 +93,20 @@ EOF
 fi
 
 if ! has_image "$RABBITMQ_IMAGE"; then
-  log "building ${RABBITMQ_IMAGE} from Debian's rabbitmq-server on ${BASE_IMAGE}"
+  if ! has_image "$RABBITMQ_BASE"; then
+    root=$(scripts/rabbitmq_root.sh build | sed -n 's/^OSRDYNE_RABBITMQ_ROOT=//p')
+    log "importing ${RABBITMQ_BASE} from ${root}"
+    # The root as it is on disk: the nodes run in it mount their directories in namespaces
+    # of their own, so nothing of theirs is in it but empty mount points.
+    tar -C "$root" --numeric-owner --exclude=./proc/* --exclude=./sys/* --exclude=./dev/* \
+      --exclude=./tmp/* -c . \
+      | quietly docker import --change 'ENV LANG=C.UTF-8' \
+        --message "osrdyne: Debian trixie (debootstrap minbase) with rabbitmq-server" \
+        - "$RABBITMQ_BASE"
+  fi
+  log "building ${RABBITMQ_IMAGE} from Debian's rabbitmq-server on ${RABBITMQ_BASE}"
   # Host network: the engine has no bridge of its own for builds (ensure_dockerd.sh).
-  quietly docker build --force-rm --network host --build-arg "BASE_IMAGE=${BASE_IMAGE}" \
+  quietly docker build --force-rm --network host --build-arg "BASE_IMAGE=${RABBITMQ_BASE}" \
     -f deploy/compose/Dockerfile.rabbitmq -t "$RABBITMQ_IMAGE" deploy/compose
 fi
 

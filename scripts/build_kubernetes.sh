@@ -12,6 +12,9 @@
 #   kubernetes-<v>/pause          a static pause binary from the module's build/pause source
 #   etcd-<v>/bin/etcd
 #   keda-<v>/bin/{keda,keda-adapter}, keda-<v>/crd/ (its CustomResourceDefinitions)
+#       with the scalers osrdyne writes triggers for (rabbitmq; cpu and memory, which KEDA
+#       itself adds): each other scaler drags a cloud SDK in, about 700 of the 2600 packages
+#       of a full build. OSRDYNE_KEDA_SCALERS=all builds KEDA with every one.
 #   helm-<v>/bin/helm
 # k8s.io/kubernetes requires its staging modules (k8s.io/api, ...) at v0.0.0 with replace
 # lines that only hold inside its own repository (kubernetes/kubernetes#79384): each program
@@ -27,11 +30,16 @@ source "$here/kubernetes_versions.env"
 
 CACHE=${OSRDYNE_KUBERNETES_CACHE:-/var/cache/osrdyne-kubernetes}
 export GOFLAGS=-mod=mod CGO_ENABLED=0 GOTOOLCHAIN=local
+KEDA_SCALERS=${OSRDYNE_KEDA_SCALERS:-rabbitmq}
+[[ $KEDA_SCALERS =~ ^(all|[a-z0-9_]+(,[a-z0-9_]+)*)$ ]] || {
+  echo "build_kubernetes: OSRDYNE_KEDA_SCALERS: scaler file names (rabbitmq,redis) or all" >&2
+  exit 2
+}
 # Bump when the recipe below changes: a build made by an older one is made again.
 RECIPE=1
 
 log() { echo "build_kubernetes: $*" >&2; }
-stamp_ok() { [[ -f $1/.built && $(cat "$1/.built") == "$RECIPE" ]]; }
+stamp_ok() { [[ -f $1/.built && $(cat "$1/.built") == "${2:-$RECIPE}" ]]; }
 elapsed() { echo "$(( $(date +%s) - $1 )) s"; }
 
 # A wrapper module in $1 requiring module $2 at $3, with the replace lines $4 (a file).
@@ -105,9 +113,36 @@ build_etcd() {
   log "etcd v$v built in $(elapsed "$started")"
 }
 
+# KEDA's scalers package and its trigger switch cut to the scalers in $KEDA_SCALERS (in the
+# copy of its module in $1): the operator, its metrics server and those scalers are upstream's
+# code unchanged.
+keep_keda_scalers() {
+  local src=$1 f kept=" scaler.go cpu_memory_scaler.go "
+  for f in ${KEDA_SCALERS//,/ }; do
+    [[ -f $src/pkg/scalers/${f}_scaler.go ]] || { log "KEDA has no scaler $f"; exit 2; }
+    kept+="${f}_scaler.go "
+  done
+  for f in "$src"/pkg/scalers/*.go; do
+    [[ $kept == *" ${f##*/} "* ]] || rm "$f"
+  done
+  python3 - "$src/pkg/scaling/scalers_builder.go" "$KEDA_SCALERS" <<'PY'
+import re, sys
+path, kept = sys.argv[1], sys.argv[2].split(",")
+text = open(path).read()
+start = text.index("\tswitch triggerType {\n") + len("\tswitch triggerType {\n")
+end = text.index("\tdefault:\n", start)
+cases = re.split(r"(?m)^(?=\tcase )", text[start:end])
+keep = [c for c in cases if re.match(r'\tcase "(cpu|memory|%s)":' % "|".join(map(re.escape, kept)), c)]
+if len(keep) != len(kept) + 2:
+    sys.exit(f"KEDA's trigger switch: {len(keep)} of the cases for {kept} + cpu, memory found")
+open(path, "w").write(text[:start] + "".join(keep) + text[end:])
+PY
+}
+
 build_keda() {
-  local v=$KEDA_VERSION out=$CACHE/keda-$KEDA_VERSION started work src
-  stamp_ok "$out" && return 0
+  local v=$KEDA_VERSION out=$CACHE/keda-$KEDA_VERSION started work src recipe
+  recipe="$RECIPE scalers:$KEDA_SCALERS"
+  stamp_ok "$out" "$recipe" && return 0
   started=$(date +%s) work=$out.work
   log "building KEDA v$v (operator, metrics adapter)"
   mkdir -p "$work"
@@ -117,14 +152,15 @@ build_keda() {
     | sed -n 's/^\s*"Dir": "\(.*\)",$/\1/p')
   [[ -d $src ]] || { log "KEDA v$v: no module directory"; exit 1; }
   rm -rf "$work/src" && cp -r "$src" "$work/src" && chmod -R u+w "$work/src"
+  [[ $KEDA_SCALERS == all ]] || keep_keda_scalers "$work/src"
   local ldflags="-s -w -X github.com/kedacore/keda/v2/version.Version=$v"
   (cd "$work/src" && go build -trimpath -ldflags "$ldflags" -o "$work/bin/keda" ./cmd/operator \
     && go build -trimpath -ldflags "$ldflags" -o "$work/bin/keda-adapter" ./cmd/adapter)
   rm -rf "$out" && mkdir -p "$out"
   mv "$work/bin" "$out/" && cp -r "$work/src/config/crd/bases" "$out/crd"
   rm -rf "$work"
-  echo "$RECIPE" >"$out/.built"
-  log "KEDA v$v built in $(elapsed "$started")"
+  echo "$recipe" >"$out/.built"
+  log "KEDA v$v (scalers: $KEDA_SCALERS) built in $(elapsed "$started")"
 }
 
 build_helm() {

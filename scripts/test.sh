@@ -9,6 +9,12 @@
 #
 # Other arguments go to pytest (scripts/test.sh tests/dispatch -x -k orphan, --soak, --chaos,
 # -n 2 to choose the number of parallel workers, -m spark to pick a tier of your own).
+# The broker-facing tests (tests/components.py: BOTH_BROKERS) run on RabbitMQ 3.10, then again
+# on 4.0 (scripts/ensure_broker.sh --version 4: OSRDYNE_RABBITMQ_VERSION=4), but for those
+# that take broker nodes down; OSRDYNE_TEST_RABBITMQ4=all runs those on 4.0 too (its private
+# node and clusters, beside the 3.10 ones: docs/reliability.md records these runs), =0 leaves
+# the 4.0 pass out. Whatever RabbitMQ node the run starts and leaves running fails it
+# (scripts/leftovers.sh).
 # The set-up (installs, the systemd container's root, the Docker engine and the compose
 # test's base images) is done before the tests and timed apart; each is a no-op once done.
 set -euo pipefail
@@ -75,10 +81,52 @@ phase() {  # pytest's exit status, where "no test selected" (5) is no failure
   return "$status"
 }
 status=0
+# What the run starts from here on carries its mark; what it leaves running fails it.
+export OSRDYNE_TEST_RUN=${OSRDYNE_TEST_RUN:-$$-$(date +%s)}
+scripts/leftovers.sh begin
+rabbitmq4=${OSRDYNE_TEST_RABBITMQ4:-1}
+rabbitmq4_node_faults=0
+[[ $rabbitmq4 == all ]] && rabbitmq4=1 rabbitmq4_node_faults=1
+[[ $rabbitmq4 == [01] ]] || { echo "test.sh: OSRDYNE_TEST_RABBITMQ4 is 0, 1 or all" >&2; exit 2; }
+rabbitmq4_was_up=0
+if (( rabbitmq4 )); then
+  # RabbitMQ 4.0 beside 3.10 (its Debian 13 root is made once: a few minutes).
+  [[ -n $(bash -c 'source scripts/_rabbitmq_nodes.sh; vm_pids osrdyne-rabbitmq4@localhost') ]] &&
+    rabbitmq4_was_up=1
+  if found=$(scripts/ensure_broker.sh --version 4); then
+    mapfile -t rabbitmq4_env <<<"$found"
+    rabbitmq4_env+=(OSRDYNE_RABBITMQ_VERSION=4)
+  else
+    echo "test.sh: RabbitMQ 4.0 does not start: its pass fails" >&2
+    rabbitmq4=0 status=1
+  fi
+fi
+rabbitmq4_phase() { (export "${rabbitmq4_env[@]}"; phase "$@"); }
 phase -m "not ($faults) and not kubernetes" -n "${OSRDYNE_TEST_WORKERS:-4}" --dist loadgroup \
   "${args[@]}" || status=$?
 echo "test.sh: now the tests that take broker nodes down ($faults)" >&2
+# On 4.0 at the same time (its own private node and clusters: tests/cluster/conftest.py):
+# the node-fault tests mostly wait for a node or a link to be found lost. Its output follows
+# the 3.10 phase's.
+rabbitmq4_faults=
+if (( rabbitmq4 && rabbitmq4_node_faults )); then
+  mkdir -p .test-logs
+  rabbitmq4_phase -m "rabbitmq4 and ($faults)" -n 3 --dist loadgroup "${args[@]}" \
+    >.test-logs/rabbitmq4-node-faults.log 2>&1 &
+  rabbitmq4_faults=$!
+fi
 phase -m "($faults) and not kubernetes" -n 3 --dist loadgroup "${args[@]}" || status=$?
+if [[ -n $rabbitmq4_faults ]]; then
+  echo "test.sh: the tests that take broker nodes down, on RabbitMQ 4.0" >&2
+  wait "$rabbitmq4_faults" || status=$?
+  cat .test-logs/rabbitmq4-node-faults.log
+fi
+if (( rabbitmq4 )); then
+  echo "test.sh: now the other broker-facing tests on RabbitMQ 4.0" >&2
+  rabbitmq4_phase -m "rabbitmq4 and not ($faults)" -n "${OSRDYNE_TEST_WORKERS:-4}" \
+    --dist loadgroup "${args[@]}" || status=$?
+fi
+(( ! rabbitmq4 || rabbitmq4_was_up )) || scripts/ensure_broker.sh --version 4 --stop || status=$?
 # The Kubernetes tier, on a cluster built here (scripts/ensure_kubernetes.sh), once its
 # programs are built; the cluster is stopped at the end unless it ran before this run.
 if "${pytest[@]}" --collect-only -q -m kubernetes "${args[@]}" 2>/dev/null | grep -q "::"; then
@@ -91,4 +139,5 @@ if "${pytest[@]}" --collect-only -q -m kubernetes "${args[@]}" 2>/dev/null | gre
   phase -m kubernetes "${args[@]}" || status=$?
   (( kubernetes_was_up )) || scripts/ensure_kubernetes.sh --stop || status=$?
 fi
+scripts/leftovers.sh end || status=$?
 exit "$status"

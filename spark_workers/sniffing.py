@@ -8,9 +8,10 @@ worth). What it finds is a candidate: `inference.infer` then checks each column'
 format over every row, and keeps a column text where a value does not fit.
 
 - **encoding**: a UTF-8 byte order mark, or bytes that decode as UTF-8, give UTF-8 (so does
-  a UTF-8 file with one damaged line: `detect_encoding`); other bytes are Windows-1252 (a byte from 0x80 to 0x9F is a C1 control in Latin-1, never text,
-  and a printable character in Windows-1252: `’`, `€`), or ISO-8859-1 where a byte is one
-  that Windows-1252 leaves undefined;
+  a UTF-8 file with one damaged line: `detect_encoding`); other bytes are Windows-1252 (a
+  byte from 0x80 to 0x9F is a C1 control in Latin-1, never text, and a printable character
+  in Windows-1252: `’`, `€`), or ISO-8859-1 where a byte is one that Windows-1252 leaves
+  undefined;
 - **delimiter**: of `,` `;` tab `|`, the one that splits the most sampled lines into the same
   number of fields (more than one); ties go in that order;
 - **header**: the first line is a header unless every one of its fields fits the type its

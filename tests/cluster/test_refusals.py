@@ -32,7 +32,14 @@ from tests.cluster.conftest import Cluster, echo_controller, node_of
 from tests.conftest import Running
 from tests.waiting import eventually
 
-pytestmark = [pytest.mark.chaos, pytest.mark.timeout(900)]
+pytestmark = [
+    pytest.mark.chaos,
+    pytest.mark.timeout(900),
+    pytest.mark.not_on_rabbitmq4(
+        "the client's retries of refused publishes through node losses: test_node_loss and "
+        "test_repeated_faults lose nodes on 4.0 with every call counted"
+    ),
+]
 
 KEYS = [f"key-{i}" for i in range(6)]
 CYCLES = 4

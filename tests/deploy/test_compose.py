@@ -2,7 +2,7 @@
 
 No registry is reachable here, so `scripts/build_base_image.sh` first makes the base images
 from Debian packages (a debootstrapped bookworm with python3 standing in for
-python:3.11-slim, Debian's rabbitmq-server for rabbitmq:3.13-management) in osrdyne's own
+python:3.11-slim, Debian 13's rabbitmq-server 4.0 for rabbitmq:4.0-management) in osrdyne's own
 Docker engine (`scripts/ensure_dockerd.sh`). Then Debian's docker-compose builds the
 Dockerfiles of deploy/compose/ unchanged (`BASE_IMAGE` build argument), and brings the
 compose file up under a project, network, pool and host ports of the test's own: the broker,
@@ -38,7 +38,7 @@ from tests.waiting import eventually
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "deploy" / "compose" / "docker-compose.yml"
 BASE_IMAGE = "osrdyne-base:python3.11-bookworm"
-RABBITMQ_IMAGE = "osrdyne-rabbitmq:bookworm"
+RABBITMQ_IMAGE = "osrdyne-rabbitmq:trixie"
 #: The images the compose file builds (deploy/compose/docker-compose.yml, `image:`).
 BUILT_IMAGES = ("osrdyne:latest", "osrdyne-echo-worker:latest")
 #: Bounds of the slow steps (a loaded two-core machine; the first build installs from PyPI).
