@@ -567,6 +567,11 @@ broker() {
   password=$(cat "$STATE/broker-password")
   local api=${mgmt%/}
   api=${api#*://}; api=${api#*@}
+  curl -fsS -o /dev/null -u "$admin" "http://$api/api/overview" || {
+    log "no RabbitMQ management API at http://$api/ (RABBITMQ_MANAGEMENT_URL):" \
+      "scripts/ensure_broker.sh starts one"
+    exit 1
+  }
   # The user pods log in as (guest may only log in from loopback): every right on "/", and
   # the tags a controller needs (policies; the broker's figures) for one run in a pod.
   curl -fsS -u "$admin" -X PUT -H 'content-type: application/json' \
