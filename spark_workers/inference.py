@@ -429,6 +429,16 @@ def convert(
 #: Words Spark's date and timestamp parsers have read as values (in some versions).
 _SPECIAL_MOMENTS = ("epoch", "now", "today", "yesterday", "tomorrow")
 
+#: Datetime pattern letters whose field may be written in letters (month and day names,
+#: eras, AM/PM, zones, quarters by name): `MMM`, `LLL`, `E`, `G`, `a`, `B`, `z`, `V`, `O`,
+#: `X`/`x` (`Z`), `QQQ`. A pattern without them reads digits and punctuation only.
+_WORD_FIELDS = re.compile(r"[MLQq]{3,}|[EGaBzVOXxZ]")
+
+
+def _unquoted(pattern: str) -> str:
+    """A datetime pattern without its quoted literals (`'T'`, `'at'`)."""
+    return re.sub(r"'[^']*'", "", pattern)
+
 
 def _may_parse(
     marker: str,
@@ -448,8 +458,13 @@ def _may_parse(
         words = fmt is not None and fmt.words and lower.strip() in TRUE_WORDS + FALSE_WORDS
         return "true" in lower or "false" in lower or words
     if type_name in ("date", "timestamp", "timestamp_ntz"):
-        if options.date_format or options.timestamp_format or (fmt is not None and fmt.pattern):
-            return True  # a pattern of words (month names) needs no digit
+        patterns = [
+            fmt.pattern if fmt is not None else None,
+            options.date_format,
+            options.timestamp_format,
+        ]
+        if any(p is not None and _WORD_FIELDS.search(_unquoted(p)) for p in patterns):
+            return True  # a pattern of words (month names, AM/PM, zones) needs no digit
         return any(c.isdigit() for c in marker) or any(w in lower for w in _SPECIAL_MOMENTS)
     if any(c.isdigit() for c in marker):
         return True
@@ -511,6 +526,24 @@ def _malformed(schema: StructType, options: read_options.ReadOptions) -> str:
 _INTEGER_LIKE = re.compile(r"[+-]?\d+")
 
 
+def reader_patterns(
+    schema: StructType, options: read_options.ReadOptions
+) -> tuple[str | None, str | None]:
+    """The `dateFormat` and `timestampFormat` of the CSV read that types columns
+    (`parser_typed`): a type's pattern when every column of that type is written in the same
+    one (a column's own format, else `--date-format`/`--timestamp-format`), else None (the
+    parser's default form: the columns with a pattern of their own stay on the text path)."""
+    found: dict[str, set[str | None]] = {"date": set(), "timestamp": set()}
+    for field in schema.fields:
+        type_name = field.dataType.typeName()
+        if type_name in found:
+            fmt = options.format_of(field.name)
+            default = options.date_format if type_name == "date" else options.timestamp_format
+            found[type_name].add(fmt.pattern if fmt is not None and fmt.pattern else default)
+    date, timestamp = (next(iter(p)) if len(p) == 1 else None for p in found.values())
+    return date, timestamp
+
+
 def parser_typed(
     schema: StructType, options: read_options.ReadOptions, *, ascii_digits: bool
 ) -> frozenset[str]:
@@ -521,17 +554,23 @@ def parser_typed(
     (`٣`, `３`) where Spark's cast does not, so integers qualify only for a source with no
     such digit (`ascii_digits`). Dates and timestamps qualify in their default form (with
     no `--date-format` nor `--timestamp-format`, the parser's default reads a value with the
-    cast's own function: `2013`, a zone, a fraction alike); with a format they stay on the
-    text path, as decimals do (they parse by locale, `1,000`). A column one of whose markers
-    the parser could read as a value (a sentinel, `-999`, `NaN`, `2013`) stays on the text
-    path. Not for multi-line records nor other formats."""
+    cast's own function: `2013`, a zone, a fraction alike), and written in a pattern when
+    every column of their type is written in that one (`reader_patterns`: the read's
+    `dateFormat`/`timestampFormat`; the parser then reads with the formatter `try_to_date`
+    and `try_to_timestamp` use, without its fallback to the default form). Other formats
+    stay on the text path, as decimals do (they parse by locale, `1,000`). A column one of
+    whose markers the parser could read as a value (a sentinel, `-999`, `NaN`, `2013`, any
+    word for a pattern of month names) stays on the text path. Not for multi-line records
+    nor other formats."""
     if options.format != "csv" or options.multiline:
         return frozenset()
     markers = [m.strip().lower() for m in options.null_values]
+    date_pattern, timestamp_pattern = reader_patterns(schema, options)
     typed = set()
     for field in schema.fields:
         type_name = field.dataType.typeName()
-        if options.format_of(field.name) is not None:
+        fmt = options.format_of(field.name)
+        if fmt is not None and not (fmt.pattern and type_name in ("date", "timestamp")):
             continue  # written in a form of its own: the text path reads it
         if type_name in ("byte", "short", "integer", "long"):
             ok = ascii_digits and not any(_INTEGER_LIKE.fullmatch(m) for m in markers)
@@ -540,8 +579,11 @@ def parser_typed(
         elif type_name == "boolean":
             ok = not any(m in ("true", "false") for m in markers)
         elif type_name in ("date", "timestamp"):
-            ok = not (options.date_format or options.timestamp_format) and not any(
-                _may_parse(m, type_name, options) for m in options.null_values
+            own = fmt.pattern if fmt is not None else None
+            read = date_pattern if type_name == "date" else timestamp_pattern
+            default = options.date_format if type_name == "date" else options.timestamp_format
+            ok = (own or default) == read and not any(
+                _may_parse(m, type_name, options, fmt) for m in options.null_values
             )
         else:
             ok = False

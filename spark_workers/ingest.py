@@ -594,6 +594,11 @@ def _parser_read(
         for f in schema.fields
     ]
     reader_options = options.spark_options()
+    date_pattern, timestamp_pattern = inference.reader_patterns(schema, options)
+    if date_pattern is not None:
+        reader_options["dateFormat"] = date_pattern
+    if timestamp_pattern is not None:
+        reader_options["timestampFormat"] = timestamp_pattern
     if corrupt:
         fields.append(T.StructField(read_options.CORRUPT_COLUMN, T.StringType(), True))
     else:

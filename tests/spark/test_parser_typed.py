@@ -250,3 +250,93 @@ def test_dates_and_timestamps_in_other_digits_are_typed_alike(spark: Any, tmp_pa
 
     assert typed == {"d", "t"}
     assert by_parser == by_text and len(by_text) == 7
+
+
+#: Spellings around patterned dates and timestamps: padding, a month 13, a day 30 of
+#: February, spaces, signs, years of other widths, the other separator, ISO forms, other
+#: digits, markers, times without seconds or with them, 12-hour times.
+PATTERNED_EDGES = [
+    "2012/01/01", "2012/1/1", "2012/12/31", "2012/13/01", "2012/02/30", "2012/02/29",
+    "2013/02/29", " 2012/01/01", "2012/01/01 ", "+2012/01/01", "-2012/01/01", "12/1/1",
+    "02012/01/01", "2012/001/01", "2012-01-01", "2012/01/01T00:00", "20120101", "2012/1",
+    "1/1/2012", "01/01/2012", "31/12/2012", "12/31/2012", "1.1.2012",
+    "\u0662\u0660\u0661\u0662/1/1",
+    "2012/1/1 5:00", "2012/1/1 05:00", "2012/1/1 5:00:00", "2012/1/1 24:00", "2012/1/1 5:60",
+    "2012/1/1 5:00 PM", "1/1/2012 5:00", "1/1/2012 12:00 AM", "1/1/2012 12:00 PM",
+    "13/1/2012 5:00", "1/1/2012 5:00 pm", "1/1/2012 13:00 PM", "", "NA", "NULL", "-", "epoch",
+    "now", "today", "x",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("date", "timestamp"),
+    [("yyyy/M/d", "yyyy/M/d H:mm"), ("d/M/yyyy", "d/M/yyyy H:mm"), ("M/d/yyyy", "M/d/yyyy h:mm a")],
+)
+def test_patterned_dates_and_timestamps_are_typed_by_the_parser_as_by_the_text_path(
+    spark: Any, tmp_path: Path, date: str, timestamp: str
+) -> None:
+    """Columns whose values are written in a pattern (the sniffer's `formats`, or
+    `--date-format`/`--timestamp-format`) are typed by Spark's parser with that pattern as
+    the read's `dateFormat`/`timestampFormat` when every column of their type has it; the
+    rows are those of the text path's `try_to_date`/`try_to_timestamp`, value by value."""
+    ddl = "n INT, d DATE, e DATE, t TIMESTAMP, s STRING"
+    formats = {
+        "d": read_options.ColumnFormat(pattern=date),
+        "e": read_options.ColumnFormat(pattern=date),
+        "t": read_options.ColumnFormat(pattern=timestamp),
+    }
+    good = {"d": "2012/1/2", "e": "2012/1/2", "t": "2012/1/2 3:04"}
+    if date != "yyyy/M/d":
+        good = {"d": "2/1/2012", "e": "2/1/2012", "t": "2/1/2012 3:04"}
+    if timestamp.endswith(" a"):
+        good["t"] = "2/1/2012 3:04 PM"
+    lines = ["n,d,e,t,s"]
+    for value in PATTERNED_EDGES:
+        for column in ("d", "t"):
+            fields = dict(good, **{column: value})
+            lines.append(f"{len(lines)},{fields['d']},{fields['e']},{fields['t']},x")
+    src = tmp_path / "patterned.csv"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    schema = read_options.parse_schema(spark, ddl)
+    # AM/PM is a word a marker could spell: no markers there, so the parser takes the column.
+    markers = () if timestamp.endswith(" a") else read_options.DEFAULT_NULL_VALUES
+    options = read_options.ReadOptions(schema_ddl=ddl, formats=formats, null_values=markers)
+
+    by_text, by_parser, typed = _both_ways(spark, src, schema, options)
+
+    assert typed == {"d", "e", "t"}  # `n` too but for the Arabic-Indic digits in the file
+    assert by_parser == by_text
+    good_rows = [row for row in by_text if not row[-1]]
+    assert len(good_rows) >= 5 and len(by_text) - len(good_rows) >= 5  # both sides had both
+    # A column of its own pattern beside them: the read keeps no pattern for dates, and
+    # every date column is typed on the text path.
+    mixed = dict(formats, e=read_options.ColumnFormat(pattern="yyyy-MM-dd"))
+    other = options.model_copy(update={"formats": mixed})
+    assert inference.reader_patterns(schema, other) == (None, timestamp)
+    by_text, by_parser, typed = _both_ways(spark, src, schema, other)
+    assert typed == {"t"} and by_parser == by_text
+
+
+def test_a_marker_a_pattern_of_words_could_read_keeps_its_column_on_the_text_path(
+    spark: Any,
+) -> None:
+    """A pattern of digits reads no word (`NA` stays a marker the parser cannot take); a
+    pattern with month names or AM/PM could read one: such a column is left to the text
+    path while a marker of letters is set."""
+    schema = read_options.parse_schema(spark, "d DATE, t TIMESTAMP")
+    digits = read_options.ReadOptions(
+        formats={
+            "d": read_options.ColumnFormat(pattern="yyyy/M/d"),
+            "t": read_options.ColumnFormat(pattern="yyyy/M/d H:mm"),
+        }
+    )
+    assert inference.parser_typed(schema, digits, ascii_digits=True) == {"d", "t"}
+    words = read_options.ReadOptions(
+        formats={
+            "d": read_options.ColumnFormat(pattern="d-MMM-yyyy"),
+            "t": read_options.ColumnFormat(pattern="M/d/yyyy h:mm a"),
+        }
+    )
+    assert inference.parser_typed(schema, words, ascii_digits=True) == frozenset()
+    no_markers = words.model_copy(update={"null_values": ()})
+    assert inference.parser_typed(schema, no_markers, ascii_digits=True) == {"d", "t"}
