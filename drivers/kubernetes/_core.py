@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import pydantic
 
@@ -23,6 +23,8 @@ from drivers.kubernetes import _settings
 
 if TYPE_CHECKING:
     from kubernetes import client as k8s
+
+T = TypeVar("T")
 
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_NAME = "app.kubernetes.io/name"
@@ -169,6 +171,30 @@ def exists_is_fine() -> Iterator[None]:
             raise
 
 
+#: Tries of a read-then-replace whose replace another client's write refused (409), as
+#: client-go's `retry.RetryOnConflict` (its DefaultRetry: 5).
+CONFLICT_TRIES = 5
+
+
+def on_conflict_again(converge: Callable[[], T]) -> T:
+    """`converge()` (reads an object, then replaces it with the resourceVersion it read)
+    again while its replace is refused because the object changed meanwhile (409: KEDA, the
+    HPA or the Deployment controller writing its status), up to `CONFLICT_TRIES` tries; the
+    last refusal is raised (`map_errors`: unavailable, the next pass tries again)."""
+    import tenacity
+    from kubernetes.client.exceptions import ApiException
+
+    again = tenacity.Retrying(
+        stop=tenacity.stop_after_attempt(CONFLICT_TRIES),
+        wait=tenacity.wait_random(0, 0.05),
+        retry=tenacity.retry_if_exception(
+            lambda exc: isinstance(exc, ApiException) and exc.status == 409
+        ),
+        reraise=True,
+    )
+    return again(converge)
+
+
 @contextlib.contextmanager
 def absent_is_fine() -> Iterator[None]:
     from kubernetes.client.exceptions import ApiException
@@ -191,7 +217,9 @@ def map_errors(action: str) -> Iterator[None]:
         yield
     except ApiException as exc:
         message = f"{action}: the API server answered {exc.status} {exc.reason}: {exc.body}"
-        if not exc.status or exc.status == 429 or exc.status >= 500:
+        if exc.status == 409:  # changed by others at each of our tries: a later pass
+            message += f" ({CONFLICT_TRIES} tries, the object changed before each)"
+        if not exc.status or exc.status in (409, 429) or exc.status >= 500:
             raise base.DriverUnavailable(message) from exc
         raise base.DriverRejected(message) from exc
     except (urllib3.exceptions.HTTPError, OSError) as exc:

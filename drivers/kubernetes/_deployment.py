@@ -139,10 +139,10 @@ def converge(cluster: _core.Cluster, key: str, *, replicas: int, scaled: bool) -
     desired["metadata"]["resourceVersion"] = current.metadata.resource_version
     if scaled and current.spec.replicas is not None:
         desired["spec"]["replicas"] = current.spec.replicas  # KEDA's or the HPA's to decide
-    with _core.exists_is_fine():  # 409: changed meanwhile; the next pass sees the new one
-        apps.replace_namespaced_deployment(
-            name, namespace, desired, field_manager=_core.MANAGER, _request_timeout=timeout
-        )
+    # A 409 (changed since read) is raised: the caller reads again (`on_conflict_again`).
+    apps.replace_namespaced_deployment(
+        name, namespace, desired, field_manager=_core.MANAGER, _request_timeout=timeout
+    )
     return str(current.metadata.uid)  # a replacement keeps the object, and its uid
 
 

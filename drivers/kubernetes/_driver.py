@@ -148,11 +148,14 @@ class KubernetesDriver:
         return self._replicas if self._scaler is not None else self._sizes.get(key, self._replicas)
 
     def _converge(self, key: str) -> None:
-        owner_uid = _deployment.converge(
-            self._cluster, key, replicas=self._size(key), scaled=self._scaler is not None
+        owner_uid = _core.on_conflict_again(
+            lambda: _deployment.converge(
+                self._cluster, key, replicas=self._size(key), scaled=self._scaler is not None
+            )
         )
         if self._scaler is not None:
-            self._scaler.converge(key, owner_uid=owner_uid)
+            scaler = self._scaler
+            _core.on_conflict_again(lambda: scaler.converge(key, owner_uid=owner_uid))
 
     def _remove(self, key: str) -> None:
         if self._scaler is not None:

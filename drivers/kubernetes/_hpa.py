@@ -113,10 +113,10 @@ class Hpa:
             return
         # Another version, or owned by a Deployment since deleted and made anew.
         desired["metadata"]["resourceVersion"] = current.metadata.resource_version
-        with _core.exists_is_fine():
-            autoscaling.replace_namespaced_horizontal_pod_autoscaler(
-                name, namespace, desired, field_manager=_core.MANAGER, _request_timeout=timeout
-            )
+        # A 409 (changed since read) is raised: the driver reads again (`on_conflict_again`).
+        autoscaling.replace_namespaced_horizontal_pod_autoscaler(
+            name, namespace, desired, field_manager=_core.MANAGER, _request_timeout=timeout
+        )
 
     def remove(self, key: str) -> None:
         # The owner reference would have the garbage collector do it after the Deployment

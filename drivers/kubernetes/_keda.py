@@ -94,11 +94,11 @@ class Keda:
         if meta.get("labels", {}).get(_core.LABEL_VERSION) == cluster.version:
             return
         desired["metadata"]["resourceVersion"] = meta.get("resourceVersion")
-        with _core.exists_is_fine():
-            custom.replace_namespaced_custom_object(
-                *self._where, cluster.name(key), desired, field_manager=_core.MANAGER,
-                _request_timeout=timeout,
-            )  # fmt: skip
+        # A 409 (changed since read) is raised: the driver reads again (`on_conflict_again`).
+        custom.replace_namespaced_custom_object(
+            *self._where, cluster.name(key), desired, field_manager=_core.MANAGER,
+            _request_timeout=timeout,
+        )  # fmt: skip
 
     def remove(self, key: str) -> None:
         cluster = self.cluster

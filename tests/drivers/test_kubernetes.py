@@ -73,50 +73,50 @@ async def test_a_create_race_is_fine(k8s_driver: DriverFactory, k8s_api: Any, mo
     assert k8s_api.faults == []
 
 
-@pytest.mark.parametrize(
-    "mode",
-    [
-        "deployment",
-        pytest.param(
-            "keda",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="defect: a ScaledObject whose replace met a 409 stays at the old "
-                "version, and list() reads no scaler object's version, so nothing retries",
-            ),
-        ),
-        pytest.param(
-            "hpa",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="defect: an HPA whose replace met a 409 stays at the old version, "
-                "and list() reads no scaler object's version, so nothing retries",
-            ),
-        ),
-    ],
-)
-async def test_a_replace_that_meets_a_concurrent_change_waits_for_the_next_pass(
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_replace_that_meets_a_concurrent_change_reads_again_and_replaces(
     k8s_driver: DriverFactory, k8s_api: Any, mode: str
 ) -> None:
     """The double: another client (the Deployment controller, KEDA or the HPA controller
     writing the object's status) writes between the driver's read and its replace. The
     replace carries the resourceVersion it read, so it is refused (409) rather than undoing
-    that write; the group is left outdated, and the next pass of the loop upgrades it."""
+    that write; the driver reads the object again and replaces it (client-go's
+    RetryOnConflict), so the group is upgraded by this start, Deployment and scaler object
+    alike (`list()` reads no scaler object's version: one left behind would stay so)."""
     settings, plural = MODES[mode]
     await k8s_driver(**settings, environment={"RELEASE": "1"}).start(KEY)
     new = k8s_driver(**settings, environment={"RELEASE": "2"})
     k8s_api.change_before_next("PUT", plural)
-    await new.start(KEY)  # the 409 is no error
-    (stale,) = k8s_api.of_kind(plural)
-    assert stale["metadata"]["labels"]["osrdyne.io/version"] != new.version
-    assert await new.list() == {KEY}
-    assert new.outdated() == {KEY}
     await new.start(KEY)
     for kind in {"deployments", plural}:
         (upgraded,) = k8s_api.of_kind(kind)
         assert upgraded["metadata"]["labels"]["osrdyne.io/version"] == new.version
-    puts = [body for method, _, body in k8s_api.writes() if method == "PUT"]
-    assert puts and all(body["metadata"]["resourceVersion"] for body in puts)
+    puts = [(path, body) for method, path, body in k8s_api.writes() if method == "PUT"]
+    assert sum(f"/{plural}/" in path for path, _ in puts) == 2  # the 409, then the replace
+    assert all(body["metadata"]["resourceVersion"] for _, body in puts)
+    assert await new.list() == {KEY} and new.outdated() == set()
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_an_object_changed_before_every_replace_is_unavailable_then_upgraded(
+    k8s_driver: DriverFactory, k8s_api: Any, mode: str
+) -> None:
+    """The double: the object changes before each of the driver's `CONFLICT_TRIES`
+    replaces; the start is answered unavailable (the group loop's next pass tries again,
+    nothing is reported done that is not), and the next start upgrades it."""
+    from drivers.kubernetes import _core
+
+    settings, plural = MODES[mode]
+    await k8s_driver(**settings, environment={"RELEASE": "1"}).start(KEY)
+    new = k8s_driver(**settings, environment={"RELEASE": "2"})
+    for _ in range(_core.CONFLICT_TRIES):
+        k8s_api.change_before_next("PUT", plural)
+    with pytest.raises(base.DriverUnavailable, match="409"):
+        await new.start(KEY)
+    await new.start(KEY)
+    for kind in {"deployments", plural}:
+        (upgraded,) = k8s_api.of_kind(kind)
+        assert upgraded["metadata"]["labels"]["osrdyne.io/version"] == new.version
 
 
 async def test_unreachable_api_server_is_driver_unavailable(k8s_driver: DriverFactory) -> None:
