@@ -10,13 +10,16 @@ from typing import Any
 
 import pytest
 from selenium import webdriver
-from selenium.common.exceptions import WebDriverException
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 from selenium.webdriver.common.by import By
 
 from osrdyne.ops import ApiServer, make_app
 from tests.conftest import Running
 from tests.console.browser import chromium
 from tests.waiting import eventually
+
+#: Finds and clicks of an element the page redrew meanwhile (`Page.click`).
+STALE_TRIES = 5
 
 Serve = Callable[..., Awaitable[str]]
 
@@ -76,8 +79,18 @@ class Page:
         await eventually(present, timeout=timeout, what=what or f"{css} on the page")
 
     async def click(self, css: str) -> None:
+        """Click the element `css` finds. The page redraws its tables as figures arrive: an
+        element found just before a redraw is stale by the click, and is found again (a few
+        tries, as a person would click again)."""
+
         def click() -> None:
-            self.browser.find_element(By.CSS_SELECTOR, css).click()
+            for tries_left in reversed(range(STALE_TRIES)):
+                try:
+                    self.browser.find_element(By.CSS_SELECTOR, css).click()
+                    return
+                except StaleElementReferenceException:
+                    if not tries_left:
+                        raise
 
         await self.call(click)
 
