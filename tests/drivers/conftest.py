@@ -251,6 +251,10 @@ def systemd_host() -> Iterator[SystemdHost]:
     reload = host.systemctl("daemon-reload")
     assert reload.returncode == 0, reload.stderr
     yield host
+    # The drop-in names this checkout's paths (interpreter, binds): a later run from another
+    # checkout must not find it in the container's root.
+    (dropins / "50-osrdyne-tests.conf").unlink(missing_ok=True)
+    host.systemctl("daemon-reload")
     if started_here:
         subprocess.run(["bash", str(ENSURE_SYSTEMD), "stop"], capture_output=True, timeout=120)
 

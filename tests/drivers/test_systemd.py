@@ -696,6 +696,9 @@ async def test_the_controller_unit_runs_a_pool_on_systemd(
         stopped = systemd_host.systemctl("stop", unit)
         log = systemd_host.systemctl("status", "--lines=30", unit)
         (etc / "osrdyne" / f"{pool}.toml").unlink()
+        # The test's drop-in names this checkout's paths: none of it outlives the test.
+        (dropins / "50-osrdyne-tests.conf").unlink()
+        systemd_host.systemctl("daemon-reload")
         os.chown(workers, 0, 0)
         assert stopped.returncode == 0, log.stdout
     # The worker's unit outlives the controller (the next one adopts it).
