@@ -32,6 +32,9 @@ CACHE=${OSRDYNE_KUBERNETES_CACHE:-/var/cache/osrdyne-kubernetes}
 # No DWARF from the compiler: the linker drops it anyway (-s -w), and making it is about 7 %
 # of a cold build's CPU (the binaries are the same; no rebuild is needed for it).
 export GOFLAGS="-mod=mod -gcflags=all=-dwarf=false" CGO_ENABLED=0 GOTOOLCHAIN=local
+# The compiler collects its garbage less often (GOGC 400: 18 % less CPU on the standard
+# library's build here), bounded by a soft memory limit per compile or link process.
+export GOGC=400 GOMEMLIMIT=4GiB
 KEDA_SCALERS=${OSRDYNE_KEDA_SCALERS:-rabbitmq}
 [[ $KEDA_SCALERS =~ ^(all|[a-z0-9_]+(,[a-z0-9_]+)*)$ ]] || {
   echo "build_kubernetes: OSRDYNE_KEDA_SCALERS: scaler file names (rabbitmq,redis) or all" >&2
