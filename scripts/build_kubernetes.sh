@@ -182,6 +182,8 @@ build_helm() {
   log "Helm v$v built in $(elapsed "$started")"
 }
 
+# Go's own tarball install, where a login shell would have put it on PATH.
+command -v go >/dev/null || [[ ! -x /usr/local/go/bin/go ]] || PATH=/usr/local/go/bin:$PATH
 command -v go >/dev/null || { log "no go on PATH: Go 1.24 or newer builds the stack"; exit 1; }
 command -v gcc >/dev/null || { log "no gcc on PATH: it builds the pause program"; exit 1; }
 mkdir -p "$CACHE"
