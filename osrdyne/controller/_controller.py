@@ -37,7 +37,7 @@ from osrdyne.controller._status import (
     Role,
     StatusDocument,
 )
-from osrdyne.exceptions import BrokerUnsuitable
+from osrdyne.exceptions import BrokerUnsuitable, OsrdyneError
 from osrdyne.ops import logs
 from osrdyne.ops.metrics import ControllerMetrics, FastPathEstimate
 from osrdyne.wire import PoolNames
@@ -45,8 +45,9 @@ from osrdyne.wire import PoolNames
 logger = logging.getLogger(__name__)
 
 
-class NotLeader(RuntimeError):
-    """An operator's action reached a controller that does not lead its pool."""
+class NotLeader(OsrdyneError, RuntimeError):
+    """An operator's action reached a controller that does not lead its pool (a
+    `RuntimeError` too, as it was before it joined the project's tree)."""
 
     def __init__(self, role: Role) -> None:
         super().__init__(f"this controller does not lead its pool (it is {role.value})")

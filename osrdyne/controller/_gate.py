@@ -18,6 +18,7 @@ from typing import Any
 
 from osrdyne import wire
 from osrdyne.controller._tracker import PoolStateTracker
+from osrdyne.exceptions import OsrdyneError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,7 +33,7 @@ class Refusal:
     details: Mapping[str, Any] | None = None
 
 
-class KeyRefused(Exception):
+class KeyRefused(OsrdyneError):
     """An operator's action on a key the gate refuses."""
 
     def __init__(self, refusal: Refusal) -> None:
