@@ -37,8 +37,9 @@ if (( ! quick )); then
   # The Kubernetes tier's programs, built from their Go modules once per version (a cold
   # build is 25-40 minutes on two cores): in the background, at the lowest priority, while
   # the set-up and the first phases run; waited for before the tier's phase.
+  # In a session of its own, so that a run without the tier ends the whole build (below).
   mkdir -p .test-logs
-  nice -n 19 scripts/ensure_kubernetes.sh build >.test-logs/kubernetes-build.log 2>&1 &
+  setsid -w nice -n 19 scripts/ensure_kubernetes.sh build >.test-logs/kubernetes-build.log 2>&1 &
   kubernetes_build=$!
   kubernetes_was_up=0
   scripts/ensure_kubernetes.sh status && kubernetes_was_up=1
@@ -60,6 +61,17 @@ fi
 echo "test.sh: set-up took $((SECONDS - started)) s" >&2
 
 pytest=(.venv/bin/python -m pytest)
+# The Kubernetes tier's tests this run selects (read whole, then looked at: `pytest | grep -q`
+# under pipefail failed whenever grep's early exit cut pytest's output, and the tier was
+# skipped without a word). A run that selects none ends the build it started.
+kubernetes_tests=
+if [[ -n $kubernetes_build ]]; then
+  kubernetes_tests=$("${pytest[@]}" --collect-only -q -m kubernetes "${args[@]}" 2>&1) || true
+  if ! grep -q "::" <<<"$kubernetes_tests"; then
+    kill -- -"$kubernetes_build" 2>/dev/null || true
+    kubernetes_build=
+  fi
+fi
 if (( quick )); then
   exec "${pytest[@]}" -m "$(.venv/bin/python -c 'from tests.components import QUICK; print(QUICK)')" \
     -n "${OSRDYNE_TEST_WORKERS:-4}" --dist loadgroup "${args[@]}"
@@ -129,10 +141,7 @@ fi
 (( ! rabbitmq4 || rabbitmq4_was_up )) || scripts/ensure_broker.sh --version 4 --stop || status=$?
 # The Kubernetes tier, on a cluster built here (scripts/ensure_kubernetes.sh), once its
 # programs are built; the cluster is stopped at the end unless it ran before this run.
-# (Collected first, then looked at: `pytest | grep -q` under pipefail failed whenever grep's
-# early exit cut pytest's output, SIGPIPE, and the tier was skipped without a word.)
-kubernetes_tests=$("${pytest[@]}" --collect-only -q -m kubernetes "${args[@]}" 2>&1) || true
-if grep -q "::" <<<"$kubernetes_tests"; then
+if [[ -n $kubernetes_build ]]; then
   built=$SECONDS
   if ! wait "$kubernetes_build"; then
     echo "test.sh: the Kubernetes build failed (.test-logs/kubernetes-build.log):" >&2
