@@ -35,7 +35,7 @@ started=$SECONDS
 kubernetes_build=
 if (( ! quick )); then
   # The Kubernetes tier's programs, built from their Go modules once per version (a cold
-  # build is 25-40 minutes on two cores): in the background, at the lowest priority, while
+  # build is about 21 minutes of two quiet cores): in the background, at the lowest priority, while
   # the set-up and the first phases run; waited for before the tier's phase.
   # In a session of its own, so that a run without the tier ends the whole build (below).
   mkdir -p .test-logs
