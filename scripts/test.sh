@@ -64,9 +64,15 @@ pytest=(.venv/bin/python -m pytest)
 # The Kubernetes tier's tests this run selects (read whole, then looked at: `pytest | grep -q`
 # under pipefail failed whenever grep's early exit cut pytest's output, and the tier was
 # skipped without a word). A run that selects none ends the build it started.
-kubernetes_tests=
+# A collection that fails (status other than 0 and 5, "none selected") fails the run.
+kubernetes_collected=0
 if [[ -n $kubernetes_build ]]; then
-  kubernetes_tests=$("${pytest[@]}" --collect-only -q -m kubernetes "${args[@]}" 2>&1) || true
+  kubernetes_tests=$("${pytest[@]}" --collect-only -q -m kubernetes "${args[@]}" 2>&1) ||
+    kubernetes_collected=$?
+  if ((kubernetes_collected != 0 && kubernetes_collected != 5)); then
+    echo "test.sh: collecting the Kubernetes tier failed ($kubernetes_collected):" >&2
+    tail -n 30 <<<"$kubernetes_tests" >&2
+  fi
   if ! grep -q "::" <<<"$kubernetes_tests"; then
     kill -- -"$kubernetes_build" 2>/dev/null || true
     kubernetes_build=
@@ -93,6 +99,7 @@ phase() {  # pytest's exit status, where "no test selected" (5) is no failure
   return "$status"
 }
 status=0
+((kubernetes_collected == 0 || kubernetes_collected == 5)) || status=1
 # What the run starts from here on carries its mark; what it leaves running fails it.
 export OSRDYNE_TEST_RUN=${OSRDYNE_TEST_RUN:-$$-$(date +%s)}
 scripts/leftovers.sh begin
