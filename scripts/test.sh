@@ -92,9 +92,17 @@ fi
 # the cluster tests: tests/components.py), not beside the JVMs of the Spark tests, which
 # delayed a paused node's heartbeats past what the tests allow.
 faults=$(.venv/bin/python -c 'from tests.components import NODE_FAULTS; print(NODE_FAULTS)')
+# Each phase's output is also kept, so that the end of the run names every failure of every
+# phase (a CI log that keeps only its head and tail showed the last phase's alone).
+mkdir -p .test-logs
+phases_log=.test-logs/phases.log
+: >"$phases_log"
 phase() {  # pytest's exit status, where "no test selected" (5) is no failure
-  local status=0
-  "${pytest[@]}" "$@" || status=$?
+  local status
+  set +e
+  "${pytest[@]}" "$@" 2>&1 | tee -a "$phases_log"
+  status=${PIPESTATUS[0]}
+  set -e
   (( status == 5 )) && status=0
   return "$status"
 }
@@ -159,4 +167,9 @@ if [[ -n $kubernetes_build ]]; then
   (( kubernetes_was_up )) || scripts/ensure_kubernetes.sh --stop || status=$?
 fi
 scripts/leftovers.sh end || status=$?
+if failures=$(grep -E '^(FAILED|ERROR) ' "$phases_log"); then
+  echo "test.sh: what failed, in every phase:" >&2
+  echo "$failures" >&2
+fi
+echo "test.sh: the run took $((SECONDS - started)) s, status $status" >&2
 exit "$status"
