@@ -106,7 +106,7 @@ async def test_no_call_is_refused_through_four_node_losses(
     # run with 0.2-2 s restarts once left a key unanswered for 120 s after a kill, and so did
     # a run with this backoff on 2026-11-29: its worker held four requests whose replies had
     # failed on a channel not yet restored, unacked on a live one; the worker now gives such
-    # a request back to its queue, `Worker._give_back`).
+    # a request back to its queue, `handling.RequestHandler._give_back`).
     running = await make_controller(pool, **echo_controller(cluster, quick_restarts=False))
     name = f"refusals {pool}"
     figures: list[dict[str, object]] = []

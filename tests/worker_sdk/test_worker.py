@@ -220,7 +220,11 @@ async def test_stop_drains_in_flight_requests(harness: Any) -> None:
     h = await harness(factory)
     pending = asyncio.create_task(h.call(timeout=30))
     await eventually(
-        lambda: h.worker.stats.get("ok", 0) == 0 and len(h.worker._in_flight) == 1,
+        lambda: (
+            h.worker.stats.get("ok", 0) == 0
+            and h.worker._in_flight is not None
+            and len(h.worker._in_flight) == 1
+        ),
         what="request in flight",
     )
     h.stop.set()
@@ -298,8 +302,8 @@ async def test_a_consumer_lost_while_connected_is_made_again(harness: Any) -> No
     sees that the broker holds no consumer of its and consumes again on a new channel."""
     h = await harness(echo_worker, consumer_lost_after=1.0)
     assert (await h.call(b"before")).ok
-    assert h.worker._consuming is not None
-    channel, queue, tag = h.worker._consuming
+    assert h.worker._consumer is not None and h.worker._consumer.consuming is not None
+    channel, queue, tag = h.worker._consumer.consuming
     underlay = await channel.get_underlay_channel()
     await underlay.basic_cancel(tag)
     assert tag not in underlay.consumers
