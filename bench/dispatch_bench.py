@@ -469,8 +469,8 @@ def install_hooks() -> None:
     consumers the controller builds, and wrap the driver's start."""
     # The session module builds the consumers: the names are replaced where it looks them up.
     import osrdyne.controller._session as session_mod
-    from osrdyne.controller._activity import ActivityProcessor
-    from osrdyne.controller._orphans import OrphanProcessor
+    from osrdyne.controller._effects.activity import ActivityProcessor
+    from osrdyne.controller._effects.orphans import OrphanProcessor
     from osrdyne.wire import Event, Header
 
     for name in ("OrphanProcessor", "ActivityProcessor"):

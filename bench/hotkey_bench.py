@@ -464,7 +464,8 @@ async def main() -> int:
     if args.standby is None:
         args.standby = args.max_workers - 1
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
-    logging.getLogger("osrdyne.controller._group_scaler").setLevel(logging.INFO)  # decisions
+    # The group scaler's decisions, logged.
+    logging.getLogger("osrdyne.controller._effects.group_scaler").setLevel(logging.INFO)
 
     tmp = Path(tempfile.mkdtemp(prefix="hotkey-bench-"))
     results: dict[str, dict[str, float]] = {}

@@ -81,10 +81,13 @@ import aiormq.connection  # noqa: E402
 import httpx  # noqa: E402
 
 from drivers.memory import MemoryDriver  # noqa: E402
-from osrdyne.controller import Controller, Settings, _reconcile, _topology  # noqa: E402
-from osrdyne.controller._admission import Admission, GroupCount  # noqa: E402
+from osrdyne.controller import Controller, Settings  # noqa: E402
+from osrdyne.controller._decisions import reconcile  # noqa: E402
+from osrdyne.controller._decisions.admission import Admission, GroupCount  # noqa: E402
+from osrdyne.controller._decisions.pool_state import GroupStatus  # noqa: E402
+from osrdyne.controller._effects import topology  # noqa: E402
+from osrdyne.controller._effects.tracker import PoolStateTracker  # noqa: E402
 from osrdyne.controller._settings import BrokerLimitSettings  # noqa: E402
-from osrdyne.controller._tracker import GroupStatus, PoolStateTracker  # noqa: E402
 from osrdyne.wire import PoolNames  # noqa: E402
 from tests.faults.rabbit_node import RabbitNode  # noqa: E402
 
@@ -522,7 +525,7 @@ async def one_size(node: Node, queue_type: str, n: int, rounds: int = 3) -> dict
         idle_window = controller.settings.groups.listing_interval
         count0, sum0 = _histogram(passes)
         starts = StartLines()
-        group_loop = logging.getLogger("osrdyne.controller._group_loop")
+        group_loop = logging.getLogger("osrdyne.controller._effects.group_loop")
         level = group_loop.level
         group_loop.setLevel(logging.INFO)
         group_loop.addHandler(starts)
@@ -538,7 +541,7 @@ async def one_size(node: Node, queue_type: str, n: int, rounds: int = 3) -> dict
         listings = []
         for _ in range(3):  # the anti-entropy listing itself (management API, paged)
             t = time.perf_counter()
-            listed = await _topology.list_request_queues(controller.api, controller.names)
+            listed = await topology.list_request_queues(controller.api, controller.names)
             listings.append(time.perf_counter() - t)
         assert len(listed) == n, f"{len(listed)} request queues listed, {n} expected"
         page_ms, whole_ms, whole_kb = await status_times(controller)
@@ -716,8 +719,8 @@ def tracked_in_memory(n: int) -> dict[str, Any]:
     return {
         "n": n,
         "tracker_mb": held / 2**20,
-        "plan_queues_ms": timed(lambda: _reconcile.plan_queues(expected, actual)),
-        "plan_groups_ms": timed(lambda: _reconcile.plan_groups(set(expected), running, set())),
+        "plan_queues_ms": timed(lambda: reconcile.plan_queues(expected, actual)),
+        "plan_groups_ms": timed(lambda: reconcile.plan_groups(set(expected), running, set())),
         "advance_ms": timed(tracker.advance),
         "advance_full_scan_ms": timed(lambda: _full_scan(tracker)),
         "admit_new_key_ms": timed(lambda: admission.group_cap("new")),
@@ -843,7 +846,8 @@ async def main() -> None:
     if args.one_frame_writes:
         aiormq.connection.FrameGenerator.__anext__ = _one_frame  # type: ignore[method-assign]
     logging.basicConfig(level=logging.WARNING)
-    logging.getLogger("osrdyne.controller._orphans").setLevel(logging.ERROR)  # one per refusal
+    # The orphan processor logs one line per refusal: silenced.
+    logging.getLogger("osrdyne.controller._effects.orphans").setLevel(logging.ERROR)
     results: dict[str, Any] = {"sizes": [], "tracked": None, "guard": None}
 
     if args.sizes and args.types:

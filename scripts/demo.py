@@ -27,7 +27,7 @@ from typing import Any
 
 from osrdyne import Client
 from osrdyne.controller import Controller, Settings
-from osrdyne.controller._management import ManagementApi
+from osrdyne.controller._effects.management import ManagementApi
 from osrdyne.ops import ApiServer, make_app
 from spark_workers import demo_queries
 

@@ -1,7 +1,7 @@
 """The controller of one pool: wires the components and keeps them running.
 
 A controller lives through *sessions*. A session connects to the broker, declares the pool's
-topology, applies the request-queue policy, and waits for _leadership. As leader it rebuilds
+topology, applies the request-queue policy, and waits for leadership. As leader it rebuilds
 the expected state from the queues that exist (a restart adopts what it finds), then runs the
 tracker, both control loops and the three consumers until the connection is lost, a component
 dies, or the controller is asked to stop. A lost session is followed by a new one after a
@@ -27,16 +27,18 @@ import httpx
 from drivers import registry
 from drivers.base import Driver, PoolContext, Standby
 from osrdyne import wire
-from osrdyne.controller import _aiotasks, _gauges, _leadership, _reporting, _session, _topology
-from osrdyne.controller._history import KeyHistory
-from osrdyne.controller._management import ManagementApi
-from osrdyne.controller._settings import Settings
-from osrdyne.controller._status import (
+from osrdyne.controller import _session
+from osrdyne.controller._decisions.history import KeyHistory
+from osrdyne.controller._decisions.status import (
     GroupQuery,
     Leader,
     Role,
     StatusDocument,
 )
+from osrdyne.controller._effects import aiotasks, gauges, leadership, reporting, topology
+from osrdyne.controller._effects.management import ManagementApi
+from osrdyne.controller._effects.snapshot import ControllerSnapshot
+from osrdyne.controller._settings import Settings
 from osrdyne.exceptions import BrokerUnsuitable, OsrdyneError
 from osrdyne.ops import logs
 from osrdyne.ops.metrics import ControllerMetrics, FastPathEstimate
@@ -104,8 +106,18 @@ class Controller:
         self._first_node = 0
         self._stopping = asyncio.Event()
         self._became_leader = asyncio.Event()
-        self._reporter = _reporting.StatusReporter(self)
-        self._gauges = _gauges.Gauges(self)
+        self._reporter = reporting.StatusReporter(
+            settings=settings,
+            instance=self.instance,
+            names=self.names,
+            api=self.api,
+            driver=self.driver,
+            history=self.history,
+            find_leader=self.find_leader,
+        )
+        self._gauges = gauges.Gauges(
+            metrics=self.metrics, driver=self.driver, api=self.api, names=self.names
+        )
 
     # -- public ---------------------------------------------------------------------------
 
@@ -125,12 +137,24 @@ class Controller:
         return session
 
     async def report(self, query: GroupQuery | None = None) -> StatusDocument:
-        """The status document, from memory, a page of its groups (`_reporting`)."""
-        return await self._reporter.report(query)
+        """The status document, from memory, a page of its groups (`reporting`)."""
+        return await self._reporter.report(self.snapshot(), query)
 
     def status(self) -> StatusDocument:
-        """What this controller knows, every group included, without I/O (`_reporting`)."""
-        return self._reporter.status()
+        """What this controller knows, every group included, without I/O (`reporting`)."""
+        return self._reporter.status(self.snapshot())
+
+    def snapshot(self) -> ControllerSnapshot:
+        """This controller's state now, and its session's figures while it leads: what its
+        status document and gauges read."""
+        session = self.session
+        return ControllerSnapshot(
+            role=self.role,
+            sessions=self.sessions,
+            last_error=self.last_error,
+            broker_node=self.broker_node,
+            session=session.snapshot() if session is not None else None,
+        )
 
     async def request_queues(self, *, columns: str) -> dict[str, dict[str, Any]]:
         """The pool's request queues as the management API reports them, by key."""
@@ -139,7 +163,7 @@ class Controller:
     async def find_leader(self) -> Leader | None:
         """Who leads the pool, as the broker says (None: unknown yet, or nobody)."""
         async with asyncio.timeout(_FIGURES_TIMEOUT):
-            return await _leadership.find_leader(self.api, self.names)
+            return await leadership.find_leader(self.api, self.names)
 
     async def run(self) -> None:
         """Run sessions until `stop()`; then close the driver."""
@@ -215,7 +239,7 @@ class Controller:
         async with asyncio.timeout(s.amqp.startup_timeout):
             connection = await wire.connect(
                 s.amqp.url[first:] + s.amqp.url[:first],
-                name=_leadership.connection_name(s.pool, self.instance, self.api_url),
+                name=leadership.connection_name(s.pool, self.instance, self.api_url),
                 timeout=s.amqp.connect_timeout,
                 shuffle=s.amqp.shuffle,
                 heartbeat=s.amqp.heartbeat,
@@ -231,15 +255,15 @@ class Controller:
             async with asyncio.timeout(s.amqp.startup_timeout):
                 # Before anything is declared: a broker that cannot serve the pool gets none of
                 # it (a client is told PoolNotFound at once, rather than waiting unanswered).
-                version = await _topology.check_broker(self.api)
+                version = await topology.check_broker(self.api)
             async with asyncio.timeout(min(s.amqp.operation_timeout, s.amqp.startup_timeout)):
-                await _topology.declare_pool(
+                await topology.declare_pool(
                     connection, self.names, replicated=bool(s.queues.replicate_pool_queues)
                 )
             async with asyncio.timeout(s.amqp.startup_timeout):
-                await _topology.apply_policy(self.api, self.names, s.queues, broker_version=version)
+                await topology.apply_policy(self.api, self.names, s.queues, broker_version=version)
             self._set_role(Role.STANDBY)
-            acquiring = asyncio.create_task(_leadership.acquire(connection, self.names))
+            acquiring = asyncio.create_task(leadership.acquire(connection, self.names))
             if not await _first(acquiring, self._stopping, lost):
                 return
             channel, contended = acquiring.result()
@@ -255,7 +279,7 @@ class Controller:
                 if not await _first(waited, self._stopping, lost):
                     return
             self._set_role(Role.LEADER)
-            await self._lead_within(_leadership.Lease(channel, self.names, lease), connection, lost)
+            await self._lead_within(leadership.Lease(channel, self.names, lease), connection, lost)
         finally:
             # The broker dropped us if the connection closed before we closed it; said only
             # when nothing else ended the session (else that is the cause to report).
@@ -267,7 +291,7 @@ class Controller:
 
     async def _lead_within(
         self,
-        lease: _leadership.Lease,
+        lease: leadership.Lease,
         connection: aio_pika.abc.AbstractConnection,
         lost: asyncio.Event,
     ) -> None:
@@ -312,19 +336,19 @@ class Controller:
             await self._gauges.read_exchange_stats(fast_path)
         died = asyncio.Event()
         tasks = [
-            _aiotasks.guarded(session.tracker.run(), name="pool state tracker", on_death=died),
-            _aiotasks.guarded(
+            aiotasks.guarded(session.tracker.run(), name="pool state tracker", on_death=died),
+            aiotasks.guarded(
                 session.queue_loop.run(session.adopted), name="request-queue loop", on_death=died
             ),
-            _aiotasks.guarded(session.group_loop.run(), name="worker-group loop", on_death=died),
-            _aiotasks.guarded(self._gauges.run(fast_path), name="gauges", on_death=died),
-            _aiotasks.guarded(session.broker_limits.run(), name="broker limits", on_death=died),
-            _aiotasks.guarded(session.failing.run(), name="failing groups", on_death=died),
+            aiotasks.guarded(session.group_loop.run(), name="worker-group loop", on_death=died),
+            aiotasks.guarded(
+                self._gauges.run(fast_path, session.snapshot), name="gauges", on_death=died
+            ),
+            aiotasks.guarded(session.broker_limits.run(), name="broker limits", on_death=died),
+            aiotasks.guarded(session.failing.run(), name="failing groups", on_death=died),
         ]
         if session.scaler is not None:
-            tasks.append(
-                _aiotasks.guarded(session.scaler.run(), name="group scaler", on_death=died)
-            )
+            tasks.append(aiotasks.guarded(session.scaler.run(), name="group scaler", on_death=died))
         self.session = session
         if isinstance(self.driver, Standby):
             self.driver.attach(session.assign)
@@ -352,7 +376,7 @@ class Controller:
                 self.session = None
                 if isinstance(self.driver, Standby):
                     self.driver.attach(None)
-                await _aiotasks.stop_all(tasks)
+                await aiotasks.stop_all(tasks)
 
     def _set_role(self, role: Role) -> None:
         if role != self.role:
@@ -412,7 +436,7 @@ def _lease_seconds(url: Any, heartbeat: int) -> float:
         seconds = float(value) if value is not None else float(heartbeat)
     except ValueError:
         seconds = float(heartbeat)
-    return _leadership.LEASE_HEARTBEATS * seconds
+    return leadership.LEASE_HEARTBEATS * seconds
 
 
 async def _first(*waitables: asyncio.Task[Any] | asyncio.Event) -> bool:

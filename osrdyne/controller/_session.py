@@ -23,23 +23,26 @@ import aio_pika.exceptions
 
 from drivers.base import Assign, Capacity, Driver, Sizes
 from osrdyne import wire
-from osrdyne.controller import _scaling, _topology
-from osrdyne.controller._activity import ActivityProcessor
-from osrdyne.controller._admission import Admission, GroupCount
-from osrdyne.controller._broker_events import BrokerEvents
-from osrdyne.controller._broker_limits import BrokerLimits
-from osrdyne.controller._consumer import QueueConsumer
-from osrdyne.controller._dead_letters import DeadLetterResponder
-from osrdyne.controller._failing import FailingGroups
-from osrdyne.controller._gate import Gate, KeyRefused
-from osrdyne.controller._group_loop import WorkerGroupLoop
-from osrdyne.controller._group_scaler import GroupScaler
-from osrdyne.controller._history import EventKind, KeyHistory
-from osrdyne.controller._management import ManagementApi
-from osrdyne.controller._orphans import OrphanProcessor
-from osrdyne.controller._queue_loop import RequestQueueLoop
+from osrdyne.controller._decisions import scaling
+from osrdyne.controller._decisions.admission import Admission, GroupCount
+from osrdyne.controller._decisions.gate import Gate, KeyRefused
+from osrdyne.controller._decisions.history import EventKind, KeyHistory
+from osrdyne.controller._decisions.pool_state import GroupStatus
+from osrdyne.controller._effects import topology
+from osrdyne.controller._effects.activity import ActivityProcessor
+from osrdyne.controller._effects.broker_events import BrokerEvents
+from osrdyne.controller._effects.broker_limits import BrokerLimits
+from osrdyne.controller._effects.consumer import QueueConsumer
+from osrdyne.controller._effects.dead_letters import DeadLetterResponder
+from osrdyne.controller._effects.failing import FailingGroups
+from osrdyne.controller._effects.group_loop import WorkerGroupLoop
+from osrdyne.controller._effects.group_scaler import GroupScaler
+from osrdyne.controller._effects.management import ManagementApi
+from osrdyne.controller._effects.orphans import OrphanProcessor
+from osrdyne.controller._effects.queue_loop import RequestQueueLoop
+from osrdyne.controller._effects.snapshot import SessionSnapshot
+from osrdyne.controller._effects.tracker import PoolStateTracker
 from osrdyne.controller._settings import Settings
-from osrdyne.controller._tracker import GroupStatus, PoolStateTracker
 from osrdyne.ops.metrics import ColdStartClock, ControllerMetrics
 from osrdyne.wire import PoolNames
 
@@ -78,6 +81,24 @@ class Session:
     #: Sizes the groups (None: `scaling.max_workers` unset, or a driver that cannot size).
     scaler: GroupScaler | None = None
 
+    def snapshot(self) -> SessionSnapshot:
+        """The components' figures now (what the status document and the gauges read)."""
+        return SessionSnapshot(
+            expected=self.tracker.state.value.groups,
+            generation=self.tracker.generation,
+            queues=self.queue_loop.reached.value,
+            listing=self.queue_loop.listing,
+            groups_generation=self.group_loop.reached.value,
+            running=self.group_loop.running,
+            group_errors=self.group_loop.errors,
+            last_seen=self.activity.last_seen,
+            failing=self.failing.breakers.failing,
+            scaling=self.scaler.view if self.scaler is not None else None,
+            admission=self.admission.report(),
+            broker=self.admission.broker_report(),
+            broker_figures=self.broker_limits.figures,
+        )
+
     def warm(self, key: str, *, by: str) -> int:
         """Require the group of `key` as its first orphan would, without a request; return
         the generation from which it is Active. `KeyRefused` when the gate refuses the key."""
@@ -108,7 +129,7 @@ async def build(
 ) -> Session:
     """Adopt what exists and build every component (nothing runs yet)."""
     s = settings
-    adopted = await _topology.list_request_queues(api, names)
+    adopted = await topology.list_request_queues(api, names)
     logger.info("adopting %d existing request queue(s)", len(adopted))
     tracker = PoolStateTracker(
         unbind_delay=s.groups.unbind_delay,
@@ -161,7 +182,7 @@ async def build(
         limits=s.broker,
         on_refusal=lambda reason: metrics.admission_refusals.labels(reason).inc(),
     )
-    gate = Gate(names, tracker, new_key=admission.checks)
+    gate = Gate(names, lambda: tracker.state.value.groups, new_key=admission.checks)
 
     async def confirm_channel() -> aio_pika.abc.AbstractChannel:
         return await connection.channel(publisher_confirms=True, on_return_raises=True)
@@ -200,7 +221,7 @@ async def build(
             tracker=tracker,
             names=names,
             channel=lambda: _open_channel(connection),
-            policy=_scaling.Policy(
+            policy=scaling.Policy(
                 min_workers=c.min_workers,
                 max_workers=c.max_workers,
                 scale_in_window=c.scale_in_window,

@@ -3,7 +3,7 @@ not handle as they were sent, kept for inspection.
 
 The dead-letter responder stores each request that reached the delivery limit in `P-poison`
 with its properties, its death history (`x-death`) and an id header of ours; a consumer that
-gives up on a message (`_consumer`) parks it there too, with the reason. Operators list them,
+gives up on a message (`consumer`) parks it there too, with the reason. Operators list them,
 replay one into the request exchange (after fixing the worker: with a fresh deadline, so it
 runs instead of being answered `expired`), or drop one. Browsing takes messages without acking
 them and closes the channel, so everything not replayed or dropped goes back to the queue
@@ -17,7 +17,6 @@ import contextlib
 import dataclasses
 import datetime
 import time
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -26,18 +25,16 @@ import aio_pika.abc
 import aio_pika.exceptions
 
 from osrdyne import wire
-from osrdyne.controller import _replies
+from osrdyne.controller._effects import replies
+from osrdyne.controller._effects.poison_queue import (
+    POISON_FROM,
+    POISON_ID,
+    POISON_KEY,
+    POISON_REASON,
+)
 from osrdyne.exceptions import PoolNotFound
 from osrdyne.wire import PoolNames
 
-#: Header carrying a poison entry's id (set when the request is moved to the poison queue).
-POISON_ID = "x-osrdyne-poison-id"
-#: Why it was parked: `delivery_limit`, or what a consumer could not do with it.
-POISON_REASON = "x-osrdyne-poison-reason"
-#: The queue it was taken from.
-POISON_FROM = "x-osrdyne-poison-from"
-#: The routing key it was published with (the worker key), to replay it to.
-POISON_KEY = "x-osrdyne-poison-key"
 _DEATH_HEADERS = (
     "x-death",
     "x-first-death-reason",
@@ -51,35 +48,6 @@ _DEATH_HEADERS = (
     POISON_FROM,
     POISON_KEY,
 )
-
-
-def new_id() -> str:
-    return uuid.uuid4().hex[:12]
-
-
-async def park(
-    channel: aio_pika.abc.AbstractChannel,
-    message: aio_pika.abc.AbstractIncomingMessage,
-    *,
-    names: PoolNames,
-    reason: str,
-    taken_from: str,
-) -> str:
-    """Keep `message` in the pool's poison queue with `reason`; return its poison id.
-
-    `channel` should confirm publications: the caller acks the original only after this."""
-    kept = _replies.copy_of(message)
-    entry_id = new_id()
-    kept.headers = {
-        **(kept.headers or {}),
-        POISON_ID: entry_id,
-        POISON_REASON: reason[:1000],
-        POISON_FROM: taken_from,
-        # As it came: a key that is not UTF-8 is kept as the bytes it was.
-        POISON_KEY: wire.encodable((message.routing_key or "").encode("utf-8", "surrogateescape")),
-    }
-    await channel.default_exchange.publish(kept, routing_key=names.poison_queue, mandatory=True)
-    return entry_id
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,7 +172,7 @@ async def replay(
             entry = PoisonEntry.of(message)
             if entry.id != entry_id:
                 continue
-            copy = _replies.copy_of(message)
+            copy = replies.copy_of(message)
             headers = {k: v for k, v in (copy.headers or {}).items() if k not in _DEATH_HEADERS}
             if keep_deadline:
                 given, deadline = None, _deadline_of(headers)

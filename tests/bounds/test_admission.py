@@ -5,16 +5,21 @@ the group cap counting every group the pool has (those being started included)."
 from __future__ import annotations
 
 from osrdyne import wire
-from osrdyne.controller._admission import Admission, GroupCount, broker_refusal, broker_room
-from osrdyne.controller._broker_limits import (
+from osrdyne.controller._decisions.admission import (
+    Admission,
+    GroupCount,
+    broker_refusal,
+    broker_room,
+)
+from osrdyne.controller._decisions.broker_figures import (
     BrokerFigures,
     figures_of,
     is_pool_connection,
     nodes_of,
 )
-from osrdyne.controller._gate import Gate
+from osrdyne.controller._decisions.gate import Gate
+from osrdyne.controller._effects.tracker import PoolStateTracker
 from osrdyne.controller._settings import BrokerLimitSettings
-from osrdyne.controller._tracker import PoolStateTracker
 from tests.control_loops.conftest import Clock
 
 LIMITS = BrokerLimitSettings(fds_per_queue=2, fd_headroom=100, processes_per_queue=10,
@@ -87,7 +92,7 @@ def test_the_cap_counts_groups_being_started_and_stopped(clock: Clock) -> None:
     admission = Admission(
         max_groups=2, capacity=lambda: None, groups=groups, broker=None, limits=LIMITS
     )
-    gate = Gate(wire.PoolNames("p"), tracker, new_key=admission.checks)
+    gate = Gate(wire.PoolNames("p"), lambda: tracker.state.value.groups, new_key=admission.checks)
     admitted = []
     for key in ("a", "b", "c", "d"):  # a burst: each required as soon as admitted
         if gate.admit(key) is None:

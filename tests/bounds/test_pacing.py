@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from osrdyne.controller._pacing import AimdLimit
+from osrdyne.controller._effects.pacing import AimdLimit
 
 
 def test_slow_start_then_additive_increase_multiplicative_decrease_within_bounds() -> None:

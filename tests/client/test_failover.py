@@ -15,8 +15,9 @@ import aio_pika
 import pytest
 
 from osrdyne import Client, PoolNames, RequestRefused, wire
-from osrdyne.controller import Settings, _topology
-from osrdyne.controller._management import ManagementApi
+from osrdyne.controller import Settings
+from osrdyne.controller._effects import topology
+from osrdyne.controller._effects.management import ManagementApi
 from osrdyne.exceptions import ClientError
 from tests import broker
 from tests.tcp_proxy import TcpProxy
@@ -216,9 +217,9 @@ async def test_a_pool_of_classic_queues_keeps_them_when_it_moves_to_a_cluster(
     names = PoolNames(pool)
     connection = await wire.connect(broker.AMQP_URL, name="test pool queue types")
     try:
-        await _topology.declare_pool(connection, names, replicated=False)
-        with caplog.at_level(logging.WARNING, logger="osrdyne.controller._topology"):
-            await _topology.declare_pool(connection, names, replicated=True)
+        await topology.declare_pool(connection, names, replicated=False)
+        with caplog.at_level(logging.WARNING, logger="osrdyne.controller._effects.topology"):
+            await topology.declare_pool(connection, names, replicated=True)
         kept = [r.getMessage() for r in caplog.records if "keeping queue" in r.getMessage()]
         assert len(kept) == 4, kept
         async with broker.management() as http:
@@ -244,7 +245,7 @@ async def test_a_pool_s_request_exchange_appears_only_once_its_orphans_are_route
         events = await channel.declare_queue(exclusive=True, auto_delete=True)
         for event in ("exchange.created", "binding.created"):
             await events.bind("amq.rabbitmq.event", routing_key=event)
-        await _topology.declare_pool(connection, names, replicated=False)
+        await topology.declare_pool(connection, names, replicated=False)
 
         seen: list[str] = []
 

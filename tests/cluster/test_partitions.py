@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from osrdyne.controller import Role
-from osrdyne.controller._leadership import connection_name
+from osrdyne.controller._effects.leadership import connection_name
 from tests.cluster.conftest import Cluster, connection_port, node_of
 from tests.cluster.network import Network
 from tests.cluster.test_node_loss import report, start, under_load

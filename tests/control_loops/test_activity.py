@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from osrdyne.controller._activity import ActivityProcessor
-from osrdyne.controller._tracker import GroupStatus, PoolStateTracker
+from osrdyne.controller._decisions.pool_state import GroupStatus
+from osrdyne.controller._effects.activity import ActivityProcessor
+from osrdyne.controller._effects.tracker import PoolStateTracker
 from osrdyne.ops.metrics import ColdStartClock, ControllerMetrics
 from osrdyne.wire import PoolNames
 from tests.control_loops.conftest import Clock
@@ -137,7 +138,7 @@ async def test_failed_starts_go_to_the_breaker_and_keep_no_group_alive(
     tracker: PoolStateTracker, metrics: ControllerMetrics, clock: Clock
 ) -> None:
     from drivers.memory import MemoryDriver
-    from osrdyne.controller._failing import FailingGroups
+    from osrdyne.controller._effects.failing import FailingGroups
 
     failing = FailingGroups(
         connection=None,  # type: ignore[arg-type]  # only its run() consumes

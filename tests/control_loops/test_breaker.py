@@ -1,12 +1,12 @@
 """The failing groups' breakers without a broker, on a fake clock: which failed starts count,
-when a group becomes failing, and what ends it (`osrdyne.controller._breaker`)."""
+when a group becomes failing, and what ends it (`osrdyne.controller._decisions.breaker`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from drivers.base import WorkerInfo
-from osrdyne.controller._breaker import Breakers, exit_reason
+from osrdyne.controller._decisions.breaker import Breakers, exit_reason
 from tests.control_loops.conftest import Clock
 
 

@@ -66,7 +66,7 @@ async def test_a_queue_deleted_by_hand_is_made_again_from_the_event(
     assert session.queue_loop.repairs == 0
     # The bindings' events came first, and their repair waited for the queues' own: no
     # pass tried to bind a queue that was gone (a failed pass lists every queue).
-    loop = "osrdyne.controller._queue_loop"
+    loop = "osrdyne.controller._effects.queue_loop"
     failed = [r.getMessage() for r in caplog.records if r.name == loop and r.levelname != "INFO"]
     assert failed == []
 
@@ -94,7 +94,7 @@ async def test_a_binding_repair_waits_for_its_queue_s_deletion_heard_after_it(
         assert deleted.status_code in (200, 204)
     await eventually(lambda: bound(name, pool, "k"), what="the queue made again", timeout=30)
     assert (await client.call(pool, "k", b"after", timeout=60)).ok
-    loop = "osrdyne.controller._queue_loop"
+    loop = "osrdyne.controller._effects.queue_loop"
     failed = [r.getMessage() for r in caplog.records if r.name == loop and r.levelname != "INFO"]
     assert failed == []
     assert session.queue_loop.listings == listings

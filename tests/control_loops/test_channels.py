@@ -9,7 +9,7 @@ import aio_pika
 import aio_pika.exceptions
 import pytest
 
-from osrdyne.controller._channels import ChannelPool
+from osrdyne.controller._effects.channels import ChannelPool
 
 
 async def test_broken_and_abandoned_channels_are_replaced(amqp_url: str) -> None:

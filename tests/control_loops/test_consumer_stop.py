@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 
 from osrdyne import wire
-from osrdyne.controller._consumer import QueueConsumer
+from osrdyne.controller._effects.consumer import QueueConsumer
 from osrdyne.ops.metrics import ControllerMetrics
 from tests.waiting import eventually
 

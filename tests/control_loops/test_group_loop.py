@@ -13,8 +13,8 @@ import pytest
 
 from drivers.base import DriverUnavailable
 from drivers.memory import MemoryDriver
-from osrdyne.controller._group_loop import WorkerGroupLoop
-from osrdyne.controller._tracker import PoolStateTracker
+from osrdyne.controller._effects.group_loop import WorkerGroupLoop
+from osrdyne.controller._effects.tracker import PoolStateTracker
 from osrdyne.ops.metrics import ControllerMetrics
 from tests.control_loops.conftest import Clock
 from tests.waiting import eventually

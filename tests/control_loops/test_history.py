@@ -3,7 +3,7 @@ cold start of a group measured from its require to its first `ready`."""
 
 from __future__ import annotations
 
-from osrdyne.controller._history import MAX_TEXT, DeadLetter, EventKind, KeyHistory
+from osrdyne.controller._decisions.history import MAX_TEXT, DeadLetter, EventKind, KeyHistory
 from tests.control_loops.conftest import Clock
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from osrdyne.controller._reconcile import QueueAction, QueueOp, plan_groups, plan_queues
-from osrdyne.controller._tracker import GroupStatus
+from osrdyne.controller._decisions.pool_state import GroupStatus
+from osrdyne.controller._decisions.reconcile import QueueAction, QueueOp, plan_groups, plan_queues
 
 A, U = GroupStatus.ACTIVE, GroupStatus.UNBOUND
 

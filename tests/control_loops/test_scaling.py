@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from osrdyne.controller._scaling import Load, Policy, RateEstimator, Reason, Scaler, recommend
+from osrdyne.controller._decisions.scaling import (
+    Load,
+    Policy,
+    RateEstimator,
+    Reason,
+    Scaler,
+    recommend,
+)
 from tests.control_loops.conftest import Clock
 
 POLICY = Policy(min_workers=1, max_workers=8, scale_in_window=30, target_busy=0.8)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from osrdyne.controller._history import EventKind, KeyHistory
-from osrdyne.controller._tracker import GroupStatus, PoolStateTracker
+from osrdyne.controller._decisions.history import EventKind, KeyHistory
+from osrdyne.controller._decisions.pool_state import GroupStatus
+from osrdyne.controller._effects.tracker import PoolStateTracker
 from tests.control_loops.conftest import Clock
 
 

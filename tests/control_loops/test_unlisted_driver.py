@@ -30,7 +30,7 @@ async def test_a_noop_group_is_started_once_over_many_passes(
     make_controller: Callable[..., Awaitable[Running]],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="osrdyne.controller._group_loop")
+    caplog.set_level(logging.INFO, logger="osrdyne.controller._effects.group_loop")
     running = await make_controller(pool, driver={"kind": "noop"}, groups={"loop_interval": 0.05})
     assert isinstance(running.controller.driver, NoopDriver)
     assert isinstance(running.controller.driver, Unlisted)

@@ -12,7 +12,7 @@ import aio_pika
 import pytest
 
 from osrdyne import Client, PoolNames, Status
-from osrdyne.controller._tracker import GroupStatus
+from osrdyne.controller._decisions.pool_state import GroupStatus
 from tests import broker
 from tests.conftest import Running, raw_connection
 from tests.waiting import eventually

@@ -31,7 +31,7 @@ import pytest
 
 from drivers.memory import MemoryDriver
 from osrdyne.controller import Controller
-from osrdyne.controller._tracker import GroupStatus
+from osrdyne.controller._decisions.pool_state import GroupStatus
 from osrdyne.wire import PoolNames
 from tests import broker
 from tests.conftest import raw_connection, running_controller

@@ -25,7 +25,7 @@ import pytest
 
 from osrdyne import Client
 from osrdyne.controller import QueueSettings
-from osrdyne.controller._topology import request_queue_arguments
+from osrdyne.controller._effects.topology import request_queue_arguments
 from osrdyne.wire import PoolNames
 from tests.conftest import Running
 from tests.faults.conftest import echo_driver

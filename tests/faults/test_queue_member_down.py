@@ -79,7 +79,7 @@ async def test_a_queue_whose_raft_member_is_down_is_kept_and_served_later(
     node.queue_member(queue, "stop_server")
     member_stopped = True
     try:
-        with caplog.at_level(logging.INFO, logger="osrdyne.controller._tracker"):
+        with caplog.at_level(logging.INFO, logger="osrdyne.controller._effects.tracker"):
 
             def stops() -> int:
                 return sum("unbound for" in r.getMessage() for r in caplog.records)

@@ -18,7 +18,8 @@ import aio_pika.abc
 import pytest
 
 from osrdyne import Client, PoolNames, Status
-from osrdyne.controller import _consumer, poison
+from osrdyne.controller import poison
+from osrdyne.controller._effects import consumer
 from osrdyne.ops.metrics import ControllerMetrics
 from tests import broker
 from tests.broker import RawText
@@ -119,7 +120,7 @@ async def test_poison_listing_survives_any_header_shape(pool: str, amqp_url: str
     assert all(isinstance(e.reason, str) and isinstance(e.key, str) for e in entries)
 
 
-class Flaky(_consumer.QueueConsumer):
+class Flaky(consumer.QueueConsumer):
     """A consumer whose handler always fails the way it is told to: the give-up mechanics
     every controller consumer shares, on a real queue."""
 

@@ -3,7 +3,7 @@
 osrdyne 0.1 named a request queue after the raw key (`P-req-infra=42`); 0.2 names it in an
 encoding every AMQP client accepts (`P-req-infra+3D42`, `_queue_names`). Keys made only of
 kept characters have the same name in both; the others have an old queue after an upgrade,
-which the queue loop adopts under its key (`_topology.list_request_queues`) and retires:
+which the queue loop adopts under its key (`topology.list_request_queues`) and retires:
 
 * while workers of 0.1 still consume the old queue, it stays the key's queue (bound, unbound
   and deleted like any other); the current queue is declared beside it, unbound, so workers
@@ -22,8 +22,8 @@ import logging
 import aio_pika.abc
 import aio_pika.exceptions
 
-from osrdyne.controller import _replies
-from osrdyne.controller._tracker import GroupStatus
+from osrdyne.controller._decisions.pool_state import GroupStatus
+from osrdyne.controller._effects import replies
 from osrdyne.ops import logs
 from osrdyne.wire import PoolNames
 
@@ -78,7 +78,7 @@ async def move_requests(
     target = await channel.get_exchange(names.request_exchange, ensure=False)
     moved = 0
     while (message := await queue.get(no_ack=False, fail=False)) is not None:
-        await target.publish(_replies.copy_of(message), routing_key=key, mandatory=True)
+        await target.publish(replies.copy_of(message), routing_key=key, mandatory=True)
         await message.ack()
         moved += 1
     return moved

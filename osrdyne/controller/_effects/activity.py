@@ -2,7 +2,7 @@
 
 Workers report `started`, `ready` and `request-received` (already rate-limited on their side),
 and `start-failed` when their start-up fails: those go to the groups' breakers
-(`_failing`), which also hear every `ready` and `request-received`; a failed start, or a
+(`failing`), which also hear every `ready` and `request-received`; a failed start, or a
 failing group's worker starting again, is no sign of life and keeps no group alive.
 Only orphans create groups: a report for a key that has no group is counted and ignored (a
 forged report starts nothing). A report keeps its group Active (an Unbound one Active again);
@@ -21,10 +21,10 @@ from typing import Any
 import aio_pika.abc
 
 from osrdyne import wire
-from osrdyne.controller._consumer import QueueConsumer
-from osrdyne.controller._failing import FailingGroups
-from osrdyne.controller._history import EventKind, KeyHistory
-from osrdyne.controller._tracker import PoolStateTracker
+from osrdyne.controller._decisions.history import EventKind, KeyHistory
+from osrdyne.controller._effects.consumer import QueueConsumer
+from osrdyne.controller._effects.failing import FailingGroups
+from osrdyne.controller._effects.tracker import PoolStateTracker
 from osrdyne.ops import logs
 from osrdyne.ops.metrics import ColdStartClock, ControllerMetrics
 
@@ -116,7 +116,7 @@ class ActivityProcessor(QueueConsumer):
     def _breaker(
         self, key: str, event: str, worker: str | None, headers: Mapping[str, Any]
     ) -> bool:
-        """Tell the group's breaker (`_failing`) what a worker said; False when the report is
+        """Tell the group's breaker (`failing`) what a worker said; False when the report is
         no sign of life: a failed start, or a failing group's worker starting (again)."""
         assert self._failing is not None
         if event == wire.Event.START_FAILED:

@@ -1,6 +1,8 @@
 """The status document of a controller (`/status`, `osrdyne status`, the console), built
 from memory: this controller's view, the session's components, and the queue figures of the
-request-queue loop's last listing. Only a standby asks the broker something: who leads."""
+request-queue loop's last listing. Only a standby asks the broker something: who leads.
+The controller hands each report a snapshot of its state (`snapshot`): the reporter reads
+nothing else of it."""
 
 from __future__ import annotations
 
@@ -8,29 +10,32 @@ import collections
 import logging
 import re
 import time
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
-from drivers.base import Describes, Standby, WorkerInfo
-from osrdyne.controller import _topology
-from osrdyne.controller._session import Session
-from osrdyne.controller._status import (
+from drivers.base import Describes, Driver, Standby, WorkerInfo
+from osrdyne.controller._decisions.broker_figures import BrokerFigures
+from osrdyne.controller._decisions.history import KeyHistory
+from osrdyne.controller._decisions.pool_state import GroupStatus
+from osrdyne.controller._decisions.status import (
     Generations,
     GroupQuery,
     GroupReport,
     GroupSort,
     GroupState,
     Health,
+    Leader,
     NodeReport,
     Role,
     SortValue,
     StatusDocument,
 )
-from osrdyne.controller._tracker import GroupStatus
+from osrdyne.controller._effects import topology
+from osrdyne.controller._effects.management import ManagementApi
+from osrdyne.controller._effects.snapshot import ControllerSnapshot, SessionSnapshot
+from osrdyne.controller._settings import Settings
 from osrdyne.ops import logs
-
-if TYPE_CHECKING:
-    from osrdyne.controller._controller import Controller
+from osrdyne.wire import PoolNames
 
 logger = logging.getLogger(__name__)
 #: The state `/status` shows for each expected status (a lookup: it runs for every group).
@@ -38,25 +43,42 @@ _STATE_OF = {status: GroupState(status.value) for status in GroupStatus}
 
 
 class StatusReporter:
-    """Builds the status document of `controller`."""
+    """Builds the status document of a controller from the snapshots it hands over."""
 
-    def __init__(self, controller: Controller) -> None:
-        self._controller = controller
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        instance: str,
+        names: PoolNames,
+        api: ManagementApi,
+        driver: Driver,
+        history: KeyHistory,
+        find_leader: Callable[[], Awaitable[Leader | None]],
+    ) -> None:
+        self._settings = settings
+        self._instance = instance
+        self._names = names
+        self._api = api
+        self._driver = driver
+        self._history = history
+        self._find_leader = find_leader
 
-    async def report(self, query: GroupQuery | None = None) -> StatusDocument:
+    async def report(
+        self, snapshot: ControllerSnapshot, query: GroupQuery | None = None
+    ) -> StatusDocument:
         """The status document, from memory: this controller's view and the queue figures of
         the request-queue loop's last listing (their time in `queues_read_at`). Only a
         standby asks the broker something: who leads. `query` picks a page of the groups:
         keys are filtered and sorted first, and only the page's groups are reported."""
-        c = self._controller
-        doc = self.summary()
+        doc = self.summary(snapshot)
         if doc.role is Role.STANDBY:
             try:
-                doc.leader = await c.find_leader()
+                doc.leader = await self._find_leader()
             except Exception as exc:  # status must answer even when the broker does not
                 logger.debug("cannot tell who leads: %s", logs.redact(str(exc)))
-        session = c.session
-        listing = session.queue_loop.listing if session is not None else None
+        session = snapshot.session
+        listing = session.listing if session is not None else None
         if listing is None:
             doc.queues_error = (
                 "no listing of the request queues yet"
@@ -67,7 +89,7 @@ class StatusReporter:
             doc.queues_read_at = listing.read_at
         if session is None:
             return doc
-        doc.broker_nodes = node_reports(session, listing)
+        doc.broker_nodes = node_reports(session.broker_figures, listing)
         states = self._group_states(session)
         counts = collections.Counter(state.value for state in states.values())
         doc.group_counts = dict(sorted(counts.items()))
@@ -76,7 +98,7 @@ class StatusReporter:
         now = time.time()
         value, health = self._group_facts(session, states, figures, workers, now)
         doc.groups_stalled = sum(1 for key in states if health(key) is Health.STALLED)
-        doc.groups_failing = len(session.failing.breakers.failing)
+        doc.groups_failing = len(session.failing)
         page, doc.groups_matching = (query or GroupQuery()).select(
             states, value=value, health=health
         )
@@ -100,7 +122,7 @@ class StatusReporter:
 
     def _group_facts(
         self,
-        session: Session,
+        session: SessionSnapshot,
         states: Mapping[str, GroupState],
         figures: Mapping[str, Mapping[str, Any]],
         workers: Mapping[str, Any] | None,
@@ -108,10 +130,8 @@ class StatusReporter:
     ) -> tuple[Callable[[GroupSort, str], SortValue], Callable[[str], Health | None]]:
         """A group's value for each sort, and its health, from lookups alone (no report
         built): what `/status` filters and sorts every group on before it builds a page."""
-        c = self._controller
-        reached, group_loop = session.queue_loop.reached.value, session.group_loop
-        last_seen = session.activity.last_seen
-        failing = session.failing.breakers.failing
+        reached, group_errors = session.queues, session.group_errors
+        last_seen, failing, history = session.last_seen, session.failing, self._history
 
         def figure(key: str, name: str) -> int | None:
             queue = figures.get(key)
@@ -123,7 +143,7 @@ class StatusReporter:
         values: dict[GroupSort, Callable[[str], SortValue]] = {
             GroupSort.KEY: lambda key: key,
             GroupSort.STATE: lambda key: states[key].value,
-            GroupSort.SINCE: c.history.since,
+            GroupSort.SINCE: history.since,
             GroupSort.WORKERS: lambda key: None if workers is None else len(workers.get(key, ())),
             GroupSort.RESTARTS: restarts,
             GroupSort.MESSAGES: lambda key: figure(key, "messages"),
@@ -131,8 +151,8 @@ class StatusReporter:
             GroupSort.UNACKED: lambda key: figure(key, "messages_unacknowledged"),
             GroupSort.CONSUMERS: lambda key: figure(key, "consumers"),
             GroupSort.ACTIVITY: last_seen.get,
-            GroupSort.COLD_START: c.history.cold_start,
-            GroupSort.ERROR: lambda key: reached.errors.get(key) or group_loop.errors.get(key),
+            GroupSort.COLD_START: history.cold_start,
+            GroupSort.ERROR: lambda key: reached.errors.get(key) or group_errors.get(key),
         }
 
         def value(sort: GroupSort, key: str) -> SortValue:
@@ -150,31 +170,29 @@ class StatusReporter:
                 return None
             seen = last_seen.get(key)
             quiet = now - seen if seen is not None else float("inf")
-            stalled = unacked and quiet > c.settings.groups.stall_after
+            stalled = unacked and quiet > self._settings.groups.stall_after
             return Health.STALLED if stalled else Health.OK
 
         return value, health
 
     async def request_queues(self, *, columns: str) -> dict[str, dict[str, Any]]:
         """The pool's request queues as the management API reports them, by key."""
-        c = self._controller
-        queues = await c.api.queues(
-            name_regex="^" + re.escape(c.names.request_queue_prefix),
+        queues = await self._api.queues(
+            name_regex="^" + re.escape(self._names.request_queue_prefix),
             columns=f"{columns},arguments",  # hashed names are read back from their argument
         )
         by_key: dict[str, dict[str, Any]] = {}
         for queue in queues:
-            key = c.names.key_of_queue(queue["name"], queue.get("arguments"))
+            key = self._names.key_of_queue(queue["name"], queue.get("arguments"))
             if key is not None:
                 by_key[key] = queue
         return by_key
 
-    def status(self) -> StatusDocument:
+    def status(self, snapshot: ControllerSnapshot) -> StatusDocument:
         """What this controller knows, every group included, without asking the broker (no
         I/O; `report()` adds the queue figures and pages the groups)."""
-        c = self._controller
-        doc = self.summary()
-        session = c.session
+        doc = self.summary(snapshot)
+        session = snapshot.session
         if session is None:
             return doc
         workers = self._describe_workers()
@@ -182,41 +200,40 @@ class StatusReporter:
             doc.groups[key] = self._group_report(session, key, state, workers)
         return doc
 
-    def summary(self) -> StatusDocument:
+    def summary(self, snapshot: ControllerSnapshot) -> StatusDocument:
         """The document without its groups."""
-        c = self._controller
         doc = StatusDocument(
-            pool=c.settings.pool,
-            instance=c.instance,
-            role=c.role,
-            sessions=c.sessions,
-            last_error=c.last_error,
-            broker_node=c.broker_node,
-            driver=c.settings.driver.kind,
+            pool=self._settings.pool,
+            instance=self._instance,
+            role=snapshot.role,
+            sessions=snapshot.sessions,
+            last_error=snapshot.last_error,
+            broker_node=snapshot.broker_node,
+            driver=self._settings.driver.kind,
             time=time.time(),
         )
-        session = c.session
+        session = snapshot.session
         if session is None:
             return doc
         doc.generations = Generations(
-            tracker=session.tracker.generation,
-            queues=session.queue_loop.reached.value.generation,
-            groups=session.group_loop.reached.value,
+            tracker=session.generation,
+            queues=session.queues.generation,
+            groups=session.groups_generation,
         )
-        doc.broker = session.admission.broker_report()
-        doc.admission = session.admission.report()
-        if isinstance(c.driver, Standby):
-            doc.standby_workers = [worker_info(w) for w in c.driver.standby_workers()]
+        doc.broker = session.broker
+        doc.admission = session.admission
+        if isinstance(self._driver, Standby):
+            doc.standby_workers = [worker_info(w) for w in self._driver.standby_workers()]
             doc.admission.standby = len(doc.standby_workers)
         return doc
 
     @staticmethod
-    def _group_states(session: Session) -> dict[str, GroupState]:
+    def _group_states(session: SessionSnapshot) -> dict[str, GroupState]:
         """Every group the controller knows of (wanted, with a queue, or running), sorted by
         key, and its state (one no longer wanted is stopping)."""
-        expected = session.tracker.state.value.groups
-        actual = session.queue_loop.reached.value.actual
-        keys = set(expected) | set(actual) | session.group_loop.running
+        expected = session.expected
+        actual = session.queues.actual
+        keys = set(expected) | set(actual) | session.running
         return {
             key: _STATE_OF[expected[key]] if key in expected else GroupState.STOPPING
             for key in sorted(keys)
@@ -224,27 +241,26 @@ class StatusReporter:
 
     def _group_report(
         self,
-        session: Session,
+        session: SessionSnapshot,
         key: str,
         state: GroupState,
         workers: Mapping[str, Any] | None,
     ) -> GroupReport:
-        c = self._controller
-        reached, group_loop = session.queue_loop.reached.value, session.group_loop
+        reached = session.queues
         group = GroupReport(
             state=state,
             queue=reached.actual.get(key),
-            running=key in group_loop.running,
-            error=reached.errors.get(key) or group_loop.errors.get(key),
-            last_activity=session.activity.last_seen.get(key),
-            since=c.history.since(key),
-            cold_start=c.history.cold_start(key),
-            scaling=session.scaler.view(key) if session.scaler is not None else None,
+            running=key in session.running,
+            error=reached.errors.get(key) or session.group_errors.get(key),
+            last_activity=session.last_seen.get(key),
+            since=self._history.since(key),
+            cold_start=self._history.cold_start(key),
+            scaling=session.scaling(key) if session.scaling is not None else None,
         )
         if workers is not None:
             group.workers = list(workers.get(key, ()))
             group.restarts = sum(w.restarts for w in group.workers)
-        failing = session.failing.failing(key)
+        failing = session.failing.get(key)
         if failing is not None:
             group.health = Health.FAILING
             group.failing_reason = failing.reason
@@ -254,21 +270,21 @@ class StatusReporter:
 
     def _describe_workers(self) -> Mapping[str, Any] | None:
         """Per-worker details from drivers that can give them (`Describes`), else None."""
-        c = self._controller
-        if not isinstance(c.driver, Describes):
+        if not isinstance(self._driver, Describes):
             return None
         try:
-            described: Mapping[str, Any] = c.driver.describe()
+            described: Mapping[str, Any] = self._driver.describe()
         except Exception:  # status must answer even when a driver cannot describe itself
             logger.exception("driver describe() failed")
             return None
         return {key: [worker_info(w) for w in infos] for key, infos in described.items()}
 
 
-def node_reports(session: Session, listing: _topology.RequestQueues | None) -> list[NodeReport]:
+def node_reports(
+    figures: BrokerFigures | None, listing: topology.RequestQueues | None
+) -> list[NodeReport]:
     """Each broker node from the last limits reading, with the pool's request queues led
     from it and those missing a member there (from the queue loop's last listing)."""
-    figures = session.broker_limits.figures
     reports = {
         n.name: NodeReport(
             name=n.name,

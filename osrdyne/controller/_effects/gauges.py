@@ -1,67 +1,67 @@
 """The controller's gauges: group counts, generation lags, admission limits, the broker's
 limits and nodes, standby workers, and the fast-path estimate from the request exchange's
 statistics. Set once a second while a session leads, from memory (the broker's figures as the
-limits reading and the queue listing last read them), the exchange read every 5 s."""
+limits reading and the queue listing last read them), the exchange read every 5 s. They read
+the snapshots of the session they run in (`snapshot`), not the controller."""
 
 from __future__ import annotations
 
 import asyncio
 import collections
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 import httpx
 
-from drivers.base import Standby
-from osrdyne.controller import _reporting as reporting
-from osrdyne.controller._session import Session
-from osrdyne.controller._tracker import GroupStatus
-from osrdyne.ops.metrics import FastPathEstimate
-
-if TYPE_CHECKING:
-    from osrdyne.controller._controller import Controller
+from drivers.base import Driver, Standby
+from osrdyne.controller._decisions.pool_state import GroupStatus
+from osrdyne.controller._effects import reporting
+from osrdyne.controller._effects.management import ManagementApi
+from osrdyne.controller._effects.snapshot import SessionSnapshot
+from osrdyne.ops.metrics import ControllerMetrics, FastPathEstimate
+from osrdyne.wire import PoolNames
 
 logger = logging.getLogger(__name__)
 
 
 class Gauges:
-    def __init__(self, controller: Controller) -> None:
-        self._controller = controller
+    def __init__(
+        self, *, metrics: ControllerMetrics, driver: Driver, api: ManagementApi, names: PoolNames
+    ) -> None:
+        self._metrics = metrics
+        self._driver = driver
+        self._api = api
+        self._names = names
         #: What the broker-node gauges were last set from (listing, limits reading).
         self._nodes_gauged: tuple[int, float] | None = None
 
-    async def run(self, fast_path: FastPathEstimate) -> None:
-        """Set the gauges every second while the controller runs (a task of its session)."""
+    async def run(
+        self, fast_path: FastPathEstimate, snapshot: Callable[[], SessionSnapshot]
+    ) -> None:
+        """Set the gauges every second from the leading session's `snapshot` (a task of the
+        session)."""
         ticks = 0
         while True:
             await asyncio.sleep(1.0)
             ticks += 1
             if ticks % 5 == 0:  # the broker refreshes its statistics every 5 s by default
                 await self.read_exchange_stats(fast_path)
-            session = self._controller.session
-            if session is None:
-                continue
-            tracker = session.tracker
-            counts = collections.Counter(tracker.state.value.groups.values())
+            session = snapshot()
+            m = self._metrics
+            counts = collections.Counter(session.expected.values())
             for state in GroupStatus:
-                self._controller.metrics.groups.labels(state.value).set(counts[state])
-            generation = tracker.generation
-            self._controller.metrics.generation_lag.labels("queues").set(
-                generation - session.queue_loop.reached.value.generation
-            )
-            self._controller.metrics.generation_lag.labels("groups").set(
-                generation - session.group_loop.reached.value
-            )
+                m.groups.labels(state.value).set(counts[state])
+            generation = session.generation
+            m.generation_lag.labels("queues").set(generation - session.queues.generation)
+            m.generation_lag.labels("groups").set(generation - session.groups_generation)
             self._limits(session)
-            if isinstance(self._controller.driver, Standby):
-                self._controller.metrics.standby_workers.set(
-                    len(self._controller.driver.standby_workers())
-                )
+            if isinstance(self._driver, Standby):
+                m.standby_workers.set(len(self._driver.standby_workers()))
 
-    def _limits(self, session: Session) -> None:
+    def _limits(self, session: SessionSnapshot) -> None:
         """The caps on new keys and the broker's limits, as gauges."""
-        admission = session.admission.report()
-        m = self._controller.metrics
+        admission = session.admission
+        m = self._metrics
         for name, value in (
             ("max_groups", admission.max_groups),
             ("driver_capacity", admission.driver_capacity),
@@ -69,7 +69,7 @@ class Gauges:
         ):
             if value is not None:
                 m.admission_limit.labels(name).set(value)
-        figures = session.broker_limits.figures
+        figures = session.broker_figures
         if figures is None:
             return
         for resource, used, limit in (
@@ -84,12 +84,12 @@ class Gauges:
                 m.broker_limit.labels(resource).set(limit)
         m.broker_alarm.labels("memory").set(1 if figures.mem_alarm else 0)
         m.broker_alarm.labels("disk").set(1 if figures.disk_alarm else 0)
-        listing = session.queue_loop.listing
+        listing = session.listing
         reading = (id(listing), figures.time)
         if reading == self._nodes_gauged:
             return  # nothing new since the last pass (the listing can hold 10,000 queues)
         self._nodes_gauged = reading
-        for node in reporting.node_reports(session, listing):
+        for node in reporting.node_reports(figures, listing):
             for figure, value in (
                 ("running", int(node.running)),
                 ("partitions", len(node.partitions)),
@@ -105,9 +105,7 @@ class Gauges:
         try:
             # Bounded: the management API retries for longer, and leading must not wait on it.
             async with asyncio.timeout(10):
-                exchange = await self._controller.api.exchange(
-                    self._controller.names.request_exchange
-                )
+                exchange = await self._api.exchange(self._names.request_exchange)
         except (httpx.HTTPError, OSError, TimeoutError) as exc:
             logger.debug("cannot read the request exchange's statistics: %s", exc)
             return

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 import pydantic
 
 from drivers.base import WorkerInfo
-from osrdyne.controller._tracker import GroupStatus
+from osrdyne.controller._decisions.pool_state import GroupStatus
 
 
 class Role(enum.StrEnum):
@@ -79,7 +79,7 @@ class ScalingReport(_Model):
     desired: int
     #: Workers the driver runs for it now.
     current: int
-    #: Why it has that size (`osrdyne.controller._scaling.Reason`).
+    #: Why it has that size (`osrdyne.controller._decisions.scaling.Reason`).
     reason: str
     #: Ready messages at the last reading.
     backlog: int | None = None

@@ -19,9 +19,9 @@ from typing import Any
 import aio_pika.abc
 
 from osrdyne import wire
-from osrdyne.controller import _replies, poison
-from osrdyne.controller._consumer import QueueConsumer
-from osrdyne.controller._history import DeadLetter, KeyHistory
+from osrdyne.controller._decisions.history import DeadLetter, KeyHistory
+from osrdyne.controller._effects import poison_queue, replies
+from osrdyne.controller._effects.consumer import QueueConsumer
 from osrdyne.ops import logs
 from osrdyne.ops.metrics import ControllerMetrics
 
@@ -79,7 +79,7 @@ class DeadLetterResponder(QueueConsumer):
         reason, key = death.reason, death.key
         if reason == wire.Status.DELIVERY_LIMIT:
             await self.publish(
-                lambda channel: poison.park(
+                lambda channel: poison_queue.park(
                     channel,
                     message,
                     names=self._names,
@@ -103,9 +103,7 @@ class DeadLetterResponder(QueueConsumer):
             "died_at": death.time,
         }
         answered = await self.publish(
-            lambda channel: _replies.answer_error(
-                channel, message, status=reason, document=document
-            )
+            lambda channel: replies.answer_error(channel, message, status=reason, document=document)
         )
         if self._history is not None:
             letter = DeadLetter(

@@ -1,7 +1,7 @@
 """The RabbitMQ management HTTP API, as much of it as osrdyne needs.
 
 Listing queues and bindings (what exists, at start and for anti-entropy), queue details for
-status, policies, and the nodes' limits (`_broker_limits`). Credentials come from the
+status, policies, and the nodes' limits (`broker_limits`). Credentials come from the
 management URL when it has them (else from the AMQP URL), and are taken out of it, so no
 error message can quote them. Transient failures (connection refused, 5xx) are retried with
 tenacity, on the next node of a cluster when several management URLs are given; anything

@@ -1,6 +1,6 @@
 """Failing groups answer their callers at once, with the reason, instead of at their deadline.
 
-A group whose workers keep failing to start (`_breaker`: `groups.failing_after` failed starts
+A group whose workers keep failing to start (`breaker`: `groups.failing_after` failed starts
 within `groups.failing_window`) is failing. While it is, the controller consumes its request
 queue itself, at a lower consumer priority than workers (`x-priority` -1: a worker that
 consumes gets the requests first), and answers each request `start_failed` with the last
@@ -30,10 +30,10 @@ import aio_pika.exceptions
 
 from drivers import base
 from osrdyne import wire
-from osrdyne.controller import _replies
-from osrdyne.controller._breaker import Breakers, Change, Failing
-from osrdyne.controller._history import EventKind, KeyHistory
-from osrdyne.controller._tracker import PoolStateTracker
+from osrdyne.controller._decisions.breaker import Breakers, Change, Failing
+from osrdyne.controller._decisions.history import EventKind, KeyHistory
+from osrdyne.controller._effects import replies
+from osrdyne.controller._effects.tracker import PoolStateTracker
 from osrdyne.ops import logs
 from osrdyne.ops.metrics import ControllerMetrics
 
@@ -41,7 +41,7 @@ logger = logging.getLogger(__name__)
 
 #: Seconds between two readings of the driver's workers (no I/O: what it last saw).
 _OBSERVE_INTERVAL = 0.5
-#: Seconds an exit seen in the driver's view waits before it is judged (`_breaker`): the
+#: Seconds an exit seen in the driver's view waits before it is judged (`breaker`): the
 #: `ready` a worker sent before it crashed on a request travels through the broker and the
 #: activity queue, its exit is polled from the driver; judged at once, a worker that served
 #: and then crashed would be taken for one that cannot start.
@@ -189,7 +189,7 @@ class FailingGroups:
         }
         try:
             answered = await self._publisher.publish(
-                lambda channel: _replies.answer_error(
+                lambda channel: replies.answer_error(
                     channel, message, status=wire.Status.START_FAILED, document=document
                 )
             )

@@ -5,7 +5,7 @@ those of stopped groups, then publishes the generation it reached with the actua
 the orphan processor waits on before it forwards a request. A queue is only deleted when it
 has no consumer and both the broker (passive declare) and the management API count no
 message: a queue that still holds requests, or that cannot be counted, brings its group back.
-Operations run concurrently at the pace the broker keeps up with (`_pacing`: a burst of new
+Operations run concurrently at the pace the broker keeps up with (`pacing`: a burst of new
 keys never piles up unbounded declares in the broker).
 
 A quorum request queue with no leader while its members are all online is looked at twice,
@@ -45,13 +45,15 @@ import aio_pika.abc
 import aio_pika.exceptions
 
 from osrdyne import wire
-from osrdyne.controller import _migration, _reconcile, _topology
-from osrdyne.controller._channels import ChannelPool
-from osrdyne.controller._management import ManagementApi
-from osrdyne.controller._pacing import AimdLimit
+from osrdyne.controller._decisions import reconcile
+from osrdyne.controller._decisions.pool_state import GroupStatus
+from osrdyne.controller._effects import migration, topology
+from osrdyne.controller._effects.channels import ChannelPool
+from osrdyne.controller._effects.management import ManagementApi
+from osrdyne.controller._effects.pacing import AimdLimit
+from osrdyne.controller._effects.tracker import PoolStateTracker
+from osrdyne.controller._effects.watch import Watch
 from osrdyne.controller._settings import QueueSettings
-from osrdyne.controller._tracker import GroupStatus, PoolStateTracker
-from osrdyne.controller._watch import Watch
 from osrdyne.ops import logs
 from osrdyne.ops.metrics import ControllerMetrics
 from osrdyne.wire import PoolNames
@@ -141,18 +143,18 @@ class RequestQueueLoop:
         self._tracker = tracker
         self._interval = interval
         self._listing_interval = interval if listing_interval is None else listing_interval
-        #: Whether broker events are heard (`_broker_events`): they say what someone else
+        #: Whether broker events are heard (`broker_events`): they say what someone else
         #: changed, so the full listing runs only every `listing_interval`.
         self.events_heard = False
         self._metrics = metrics
-        #: Broker operations at once: paced by how the broker keeps up (`_pacing`).
+        #: Broker operations at once: paced by how the broker keeps up (`pacing`).
         self.pacing = AimdLimit(initial=concurrency, maximum=max_concurrency)
         self._operation_timeout = operation_timeout
         #: Keys whose queue is an adopted one of osrdyne 0.1, and its name (the raw key).
         self._legacy: dict[str, str] = {}
         #: The last listing of the pool's request queues (names, bindings and figures), what
         #: `/status` shows; None before the first.
-        self.listing: _topology.RequestQueues | None = None
+        self.listing: topology.RequestQueues | None = None
         #: Listings made (tests and benchmarks read it).
         self.listings = 0
         #: Broker events that asked for a listing (changes not made by this loop).
@@ -186,7 +188,7 @@ class RequestQueueLoop:
     async def run(self, initial: Mapping[str, GroupStatus] | None = None) -> None:
         if initial is None:
             initial = await self._list()
-        elif isinstance(initial, _topology.RequestQueues):
+        elif isinstance(initial, topology.RequestQueues):
             self._legacy = dict(initial.legacy)
             self.listing = initial
             self._suspect_leaderless(initial)
@@ -359,14 +361,14 @@ class RequestQueueLoop:
             self._own.popitem(last=False)
 
     async def _list(self) -> dict[str, GroupStatus]:
-        listed = await _topology.list_request_queues(self._api, self._names)
+        listed = await topology.list_request_queues(self._api, self._names)
         self._legacy = dict(listed.legacy)
         self.listing = listed
         self.listings += 1
         self._suspect_leaderless(listed)
         return dict(listed)
 
-    def _suspect_leaderless(self, listed: _topology.RequestQueues) -> None:
+    def _suspect_leaderless(self, listed: topology.RequestQueues) -> None:
         """The listed queues that show no leader are suspects (the listing is their first
         look)."""
         after, now = self._settings.leaderless_after, time.monotonic()
@@ -486,7 +488,7 @@ class RequestQueueLoop:
     ) -> dict[str, str]:
         errors: dict[str, str] = {}
 
-        async def apply(action: _reconcile.QueueAction) -> None:
+        async def apply(action: reconcile.QueueAction) -> None:
             async with self.pacing.slot():
                 try:
                     async with asyncio.timeout(self._operation_timeout):
@@ -534,10 +536,10 @@ class RequestQueueLoop:
                         extra=logs.fields(pool=self._names.pool, key=action.key),
                     )
 
-        actions = _reconcile.plan_queues(expected, actual)
-        deletes = [a for a in actions if a.op is _reconcile.QueueOp.DELETE]
+        actions = reconcile.plan_queues(expected, actual)
+        deletes = [a for a in actions if a.op is reconcile.QueueOp.DELETE]
         await asyncio.gather(*(apply(a) for a in deletes))
-        await asyncio.gather(*(apply(a) for a in actions if a.op is not _reconcile.QueueOp.DELETE))
+        await asyncio.gather(*(apply(a) for a in actions if a.op is not reconcile.QueueOp.DELETE))
         retiring = [key for key in self._legacy if key in expected and key in actual]
         await asyncio.gather(*(self._retire(key, actual, errors) for key in retiring))
         return errors
@@ -545,14 +547,14 @@ class RequestQueueLoop:
     async def _retire(
         self, key: str, actual: dict[str, GroupStatus], errors: dict[str, str]
     ) -> None:
-        """One step of retiring the 0.1 queue of `key` (`_migration`)."""
+        """One step of retiring the 0.1 queue of `key` (`migration`)."""
         async with self.pacing.slot():
             try:
                 async with asyncio.timeout(self._operation_timeout):
                     async with self._channels.channel() as channel:
                         current = await self._declare(channel, self._names.request_queue(key), key)
                         with wire.any_queue_name():  # 0.1 names may be refused by pamqp
-                            retired = await _migration.retire(
+                            retired = await migration.retire(
                                 channel,
                                 names=self._names,
                                 key=key,
@@ -571,31 +573,31 @@ class RequestQueueLoop:
                     extra=logs.fields(pool=self._names.pool, key=key),
                 )
 
-    async def _apply(self, action: _reconcile.QueueAction, actual: dict[str, GroupStatus]) -> None:
+    async def _apply(self, action: reconcile.QueueAction, actual: dict[str, GroupStatus]) -> None:
         key, name = action.key, self._queue_name(action.key)
         exchange = self._names.request_exchange
         # A queue of osrdyne 0.1 may have a name pamqp refuses: let it through for this one.
         names_check = wire.any_queue_name() if key in self._legacy else contextlib.nullcontext()
         async with self._channels.channel() as channel:
             with names_check:
-                if action.op in (_reconcile.QueueOp.DELETE, _reconcile.QueueOp.UNBIND):
+                if action.op in (reconcile.QueueOp.DELETE, reconcile.QueueOp.UNBIND):
                     self._mine(name)
-                if action.op is _reconcile.QueueOp.DELETE:
+                if action.op is reconcile.QueueOp.DELETE:
                     await self._delete(channel, name)
                     actual.pop(key, None)
                     self._legacy.pop(key, None)
-                elif action.op is _reconcile.QueueOp.UNBIND:
+                elif action.op is reconcile.QueueOp.UNBIND:
                     queue = await channel.get_queue(name, ensure=False)
                     await queue.unbind(exchange, routing_key=key)
                     actual[key] = GroupStatus.UNBOUND
                 else:
-                    if action.op is _reconcile.QueueOp.CREATE:
+                    if action.op is reconcile.QueueOp.CREATE:
                         self._legacy.pop(key, None)
                         name = self._names.request_queue(key)
                         await self._declare(channel, name, key)
                         self._created[key] = time.monotonic()
                         actual[key] = GroupStatus.UNBOUND
-                    if action.op is _reconcile.QueueOp.BIND or action.bind:
+                    if action.op is reconcile.QueueOp.BIND or action.bind:
                         queue = await channel.get_queue(name, ensure=False)
                         await queue.bind(exchange, routing_key=key)
                         actual[key] = GroupStatus.ACTIVE
@@ -610,7 +612,7 @@ class RequestQueueLoop:
     async def _declare(
         self, channel: aio_pika.abc.AbstractChannel, name: str, key: str
     ) -> aio_pika.abc.AbstractQueue:
-        arguments = _topology.request_queue_arguments(self._names, self._settings, key)
+        arguments = topology.request_queue_arguments(self._names, self._settings, key)
         try:
             return await channel.declare_queue(name, durable=True, arguments=arguments)
         except aio_pika.exceptions.ChannelPreconditionFailed as exc:

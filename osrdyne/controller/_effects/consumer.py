@@ -24,7 +24,7 @@ import aio_pika.abc
 import aio_pika.exceptions
 
 from osrdyne import wire
-from osrdyne.controller import _replies, poison
+from osrdyne.controller._effects import poison_queue, replies
 from osrdyne.ops import logs
 from osrdyne.ops.metrics import ControllerMetrics
 
@@ -175,12 +175,12 @@ class QueueConsumer:
         key = wire.text(message.routing_key) or ""
         # Parked first, answered next, acked last: a failure in between leaves it unacked.
         entry = await self.publish(
-            lambda channel: poison.park(
+            lambda channel: poison_queue.park(
                 channel, message, names=self._names, reason=reason, taken_from=self.queue_name
             )
         )
         await self.publish(
-            lambda channel: _replies.answer_error(
+            lambda channel: replies.answer_error(
                 channel,
                 message,
                 status=wire.Status.INVALID_REQUEST,

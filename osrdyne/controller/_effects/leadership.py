@@ -40,8 +40,8 @@ import aio_pika.exceptions
 import aiormq.exceptions
 
 from osrdyne import wire
-from osrdyne.controller._management import ManagementApi
-from osrdyne.controller._status import Leader
+from osrdyne.controller._decisions.status import Leader
+from osrdyne.controller._effects.management import ManagementApi
 from osrdyne.wire import PoolNames
 
 logger = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ grows on every change; the control loops subscribe to it through a `Watch`.
 `stop(key)` is an operator's shortcut through the same two stages: the queue is unbound now
 and the group stopped after `drain` seconds, unless a request or its workers' activity makes
 it Active again first, as for any Unbound group. Each change is noted in the key's history
-(`_history`) when one is given. Time is a parameter, so the tracker's logic is tested without
+(`history`) when one is given. Time is a parameter, so the tracker's logic is tested without
 sleeping.
 """
 
@@ -20,32 +20,17 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import enum
 import logging
 import math
 import time
 import types
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 
-from osrdyne.controller._history import EventKind, KeyHistory
-from osrdyne.controller._watch import Watch
+from osrdyne.controller._decisions.history import EventKind, KeyHistory
+from osrdyne.controller._decisions.pool_state import MAX_GENERATION, GroupStatus, PoolState
+from osrdyne.controller._effects.watch import Watch
 
 logger = logging.getLogger(__name__)
-
-MAX_GENERATION = 2**64 - 1
-
-
-class GroupStatus(enum.StrEnum):
-    ACTIVE = "active"
-    UNBOUND = "unbound"
-
-
-@dataclasses.dataclass(frozen=True)
-class PoolState:
-    """One generation of the expected state of a pool's worker groups."""
-
-    generation: int
-    groups: Mapping[str, GroupStatus]
 
 
 @dataclasses.dataclass

@@ -16,7 +16,7 @@ is counted per life (each `ready` and each `start-failed` matches one exit), not
 a flag that the next life's report would merge with.
 
 The breaker opens when the group becomes failing (its callers are answered at once, see
-`_failing`), and stays open while the driver keeps restarting the workers with its own
+`failing`), and stays open while the driver keeps restarting the workers with its own
 back-off: each restart is the half-open probe. The first worker that serves closes it.
 """
 

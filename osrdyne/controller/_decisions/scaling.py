@@ -3,7 +3,7 @@
 The proposal: "worker groups are responsible for scaling the number of workers depending on
 queue length and processing rate". This module holds the whole decision, without I/O, so every
 case is tested with a fake clock (`tests/control_loops/test_scaling.py`); the loop that feeds
-it and carries its result out through the driver is `_group_scaler`.
+it and carries its result out through the driver is `group_scaler`.
 
 From what it observes of a group (ready messages, requests in flight, the workers' reports of
 the requests they finished and the time they were busy) it estimates one worker's service

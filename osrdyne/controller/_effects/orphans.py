@@ -8,7 +8,7 @@ exchange with publisher confirms, and only then acks it: a crash anywhere leaves
 so it is redelivered (at least once), never lost.
 
 What is checked comes first, before anything acts on the request: the key passes the gate
-that every new group passes (`_gate`: a key that can never have a queue is answered
+that every new group passes (`gate`: a key that can never have a queue is answered
 `invalid_key`; a new key beyond the group cap, the driver's capacity or the broker's limits
 is answered `overloaded`), and protocol headers that are not what the protocol allows
 (`wire.request_problem`) are answered `invalid_request`; neither starts a group. Such a
@@ -26,11 +26,12 @@ from typing import Any
 import aio_pika.abc
 
 from osrdyne import wire
-from osrdyne.controller import _replies, poison
-from osrdyne.controller._consumer import QueueConsumer
-from osrdyne.controller._gate import Gate
-from osrdyne.controller._queue_loop import QueuesReached, RequestQueueLoop
-from osrdyne.controller._tracker import GroupStatus, PoolStateTracker
+from osrdyne.controller._decisions.gate import Gate
+from osrdyne.controller._decisions.pool_state import GroupStatus
+from osrdyne.controller._effects import poison_queue, replies
+from osrdyne.controller._effects.consumer import QueueConsumer
+from osrdyne.controller._effects.queue_loop import QueuesReached, RequestQueueLoop
+from osrdyne.controller._effects.tracker import PoolStateTracker
 from osrdyne.ops import logs
 from osrdyne.ops.metrics import ColdStartClock, ControllerMetrics
 
@@ -118,7 +119,7 @@ class OrphanProcessor(QueueConsumer):
             self._metrics.orphans.labels("requeued").inc()
             await message.nack(requeue=True)
             return
-        copy = _replies.copy_of(message)
+        copy = replies.copy_of(message)
 
         async def forward(channel: aio_pika.abc.AbstractChannel) -> None:
             exchange = await channel.get_exchange(self._names.request_exchange, ensure=False)
@@ -171,7 +172,7 @@ class OrphanProcessor(QueueConsumer):
         self._metrics.orphans.labels(status.value).inc()
         if message.reply_to:
             await self.publish(
-                lambda channel: _replies.answer_error(
+                lambda channel: replies.answer_error(
                     channel,
                     message,
                     status=status,
@@ -186,7 +187,7 @@ class OrphanProcessor(QueueConsumer):
             )
         else:
             entry = await self.publish(
-                lambda channel: poison.park(
+                lambda channel: poison_queue.park(
                     channel, message, names=self._names, reason=problem, taken_from=self.queue_name
                 )
             )

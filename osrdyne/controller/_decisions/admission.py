@@ -1,6 +1,6 @@
 """The limits on new groups: the group cap, the driver's capacity and the broker's limits.
 
-Each is a `new_key` check of the gate (`_gate`), so a request for a new key beyond any of
+Each is a `new_key` check of the gate (`gate`), so a request for a new key beyond any of
 them is answered at once with `x-status: overloaded` and a JSON `reason` (docs/protocol.md),
 never left to time out; keys that have a group are admitted before any check runs.
 
@@ -10,7 +10,7 @@ cannot overshoot), and the groups that left the expected state but whose workers
 whose queue is not deleted yet (being stopped: a queue found to still hold requests brings
 its group back). When one of those has stopped, its place is free again.
 
-The broker's limits are read periodically (`_broker_limits`); between two readings every
+The broker's limits are read periodically (`broker_limits`); between two readings every
 group admitted since counts as a new queue at `broker.fds_per_queue` file descriptors and
 `broker.processes_per_queue` Erlang processes, so a burst is stopped by the estimate before
 the next reading shows it. File descriptors are also counted for every queue the broker
@@ -25,12 +25,13 @@ import collections
 import math
 from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
+from typing import Protocol
 
 from osrdyne import wire
-from osrdyne.controller._broker_limits import BrokerFigures, BrokerLimits
-from osrdyne.controller._gate import NewKeyCheck, Refusal
+from osrdyne.controller._decisions.broker_figures import BrokerFigures
+from osrdyne.controller._decisions.gate import NewKeyCheck, Refusal
+from osrdyne.controller._decisions.status import AdmissionReport, BrokerReport
 from osrdyne.controller._settings import BrokerLimitSettings
-from osrdyne.controller._status import AdmissionReport, BrokerReport
 
 
 def _overloaded(reason: str, error: str, **details: object) -> Refusal:
@@ -109,6 +110,18 @@ def broker_refusal(
     return None
 
 
+class BrokerReading(Protocol):
+    """The last reading of the broker's limits (`broker_limits.BrokerLimits`)."""
+
+    @property
+    def figures(self) -> BrokerFigures | None: ...
+
+    @property
+    def error(self) -> str | None: ...
+
+    def new_since_read(self) -> int: ...
+
+
 class GroupCount:
     """The groups counted against the caps: the expected ones, and those that left the
     expected state but whose workers still run or whose queue still exists (being stopped).
@@ -152,7 +165,7 @@ class Admission:
         max_groups: int | None,
         capacity: Callable[[], int | None],
         groups: Callable[[], int],
-        broker: BrokerLimits | None,
+        broker: BrokerReading | None,
         limits: BrokerLimitSettings,
         on_refusal: Callable[[str], None] | None = None,
     ) -> None:

@@ -27,7 +27,7 @@ import aio_pika.exceptions
 import aiormq.exceptions
 
 from osrdyne import wire
-from osrdyne.controller._queue_loop import RequestQueueLoop
+from osrdyne.controller._effects.queue_loop import RequestQueueLoop
 
 logger = logging.getLogger(__name__)
 

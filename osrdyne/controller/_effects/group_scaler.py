@@ -1,10 +1,10 @@
 """The group scaler: sizes every running group through a driver that can (`drivers.base.Sizes`).
 
-The decision is `_scaling`'s, pure; this loop feeds it and carries it out. Workers' activity
+The decision is `scaling`'s, pure; this loop feeds it and carries it out. Workers' activity
 reports (with their load figures, docs/protocol.md) arrive through `report()`, which wakes the
 loop when a group has work: a step in load is acted on at once, not on a poll. Each pass reads
 the backlog (ready messages, by a passive declare: one round trip, no management API) of the
-groups that are busy, grown, or were recently, asks `_scaling.Scaler` for their size, and
+groups that are busy, grown, or were recently, asks `scaling.Scaler` for their size, and
 resizes the groups whose size changes: one log line and one count per decision, with its reason.
 
 Capacity is shared by a stated policy: groups are resized smallest first, and a driver grows a
@@ -29,9 +29,10 @@ import aio_pika.abc
 
 from drivers import base
 from osrdyne import wire
-from osrdyne.controller import _scaling
-from osrdyne.controller._status import ScalingReport
-from osrdyne.controller._tracker import GroupStatus, PoolStateTracker
+from osrdyne.controller._decisions import scaling
+from osrdyne.controller._decisions.pool_state import GroupStatus
+from osrdyne.controller._decisions.status import ScalingReport
+from osrdyne.controller._effects.tracker import PoolStateTracker
 from osrdyne.ops import logs
 from osrdyne.ops.metrics import ControllerMetrics
 
@@ -47,8 +48,8 @@ _FIGURES = {
 
 @dataclasses.dataclass
 class _Group:
-    scaler: _scaling.Scaler
-    rates: _scaling.RateEstimator
+    scaler: scaling.Scaler
+    rates: scaling.RateEstimator
     #: Monotonic time of the last report with work, or of a growth.
     busy_at: float = float("-inf")
     backlog: int | None = None
@@ -63,7 +64,7 @@ class GroupScaler:
         tracker: PoolStateTracker,
         names: wire.PoolNames,
         channel: Callable[[], Awaitable[aio_pika.abc.AbstractChannel]],
-        policy: _scaling.Policy,
+        policy: scaling.Policy,
         interval: float,
         metrics: ControllerMetrics,
         call_timeout: float = 30.0,
@@ -102,7 +103,7 @@ class GroupScaler:
     def _group(self, key: str) -> _Group:
         group = self._groups.get(key)
         if group is None:
-            group = _Group(_scaling.Scaler(self.policy), _scaling.RateEstimator())
+            group = _Group(scaling.Scaler(self.policy), scaling.RateEstimator())
             self._groups[key] = group
         return group
 
@@ -149,7 +150,7 @@ class GroupScaler:
             group.backlog = backlog
             group.rates.sample(backlog, now)
             decision = group.scaler.decide(group.rates.load(workers=workers, backlog=backlog), now)
-            group.saturated = decision.reason is _scaling.Reason.MAXIMUM and backlog > 0
+            group.saturated = decision.reason is scaling.Reason.MAXIMUM and backlog > 0
             if decision.desired > workers:
                 await self._resize(key, group, workers, decision)
             elif decision.desired < workers:
@@ -170,7 +171,7 @@ class GroupScaler:
         return now - group.busy_at <= self.policy.scale_in_window + self._interval * 5
 
     async def _resize(
-        self, key: str, group: _Group, workers: int, decision: _scaling.Decision
+        self, key: str, group: _Group, workers: int, decision: scaling.Decision
     ) -> None:
         try:
             async with asyncio.timeout(self._call_timeout):

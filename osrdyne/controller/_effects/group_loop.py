@@ -18,10 +18,10 @@ import time
 from collections.abc import Awaitable, Callable
 
 from drivers import base
-from osrdyne.controller import _reconcile
-from osrdyne.controller._history import EventKind, KeyHistory
-from osrdyne.controller._tracker import PoolStateTracker
-from osrdyne.controller._watch import Watch
+from osrdyne.controller._decisions import reconcile
+from osrdyne.controller._decisions.history import EventKind, KeyHistory
+from osrdyne.controller._effects.tracker import PoolStateTracker
+from osrdyne.controller._effects.watch import Watch
 from osrdyne.ops import logs
 from osrdyne.ops.metrics import ControllerMetrics
 
@@ -99,7 +99,7 @@ class WorkerGroupLoop:
                 return False
             running = listed
         outdated = driver.outdated() if isinstance(driver, base.Upgrades) else set()
-        plan = _reconcile.plan_groups(expected, running, outdated)
+        plan = reconcile.plan_groups(expected, running, outdated)
         stopped = await asyncio.gather(*(self._bounded("stop", k, driver.stop) for k in plan.stop))
         started = await asyncio.gather(
             *(self._bounded("start", k, driver.start) for k in plan.start)

@@ -1,11 +1,11 @@
 """The gate every group passes before the tracker requires it: one decision for every way in.
 
-A group is required for the first orphan of its key (`_orphans`) or for an operator's warm
+A group is required for the first orphan of its key (`orphans`) or for an operator's warm
 (`Session.warm`): both ask `Gate.admit(key)` first, so both refuse the same keys for the same
 reasons. A key that can never have a request queue (`wire.key_problem`) is refused
 `invalid_key`. A key that already has a group is always admitted; a new key then passes the
 `new_key` checks in order (the group cap, the driver's capacity and the broker's limits of
-`_admission` are such checks: each says why it refuses, or None), so a limit on new groups is
+`admission` are such checks: each says why it refuses, or None), so a limit on new groups is
 one more check here, not a second copy in each caller. Admitting and requiring happen with no
 `await` in between (in the orphan processor as in `warm`): a burst cannot slip past a cap.
 """
@@ -13,11 +13,10 @@ one more check here, not a second copy in each caller. Admitting and requiring h
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from typing import Any
 
 from osrdyne import wire
-from osrdyne.controller._tracker import PoolStateTracker
 from osrdyne.exceptions import OsrdyneError
 
 
@@ -49,12 +48,13 @@ class Gate:
     def __init__(
         self,
         names: wire.PoolNames,
-        tracker: PoolStateTracker,
+        expected: Callable[[], Container[str]],
         *,
         new_key: Sequence[NewKeyCheck] = (),
     ) -> None:
         self._names = names
-        self._tracker = tracker
+        #: The keys that have a group now (the tracker's expected state).
+        self._expected = expected
         self._new_key = tuple(new_key)
 
     def admit(self, key: str) -> Refusal | None:
@@ -62,7 +62,7 @@ class Gate:
         problem = wire.key_problem(self._names, key)
         if problem is not None:
             return Refusal(wire.Status.INVALID_KEY, problem, reason="invalid_key")
-        if key in self._tracker.state.value.groups:
+        if key in self._expected():
             return None
         for check in self._new_key:
             refusal = check(key)

@@ -10,7 +10,7 @@ import dataclasses
 import enum
 from collections.abc import Mapping, Set
 
-from osrdyne.controller._tracker import GroupStatus
+from osrdyne.controller._decisions.pool_state import GroupStatus
 
 
 class QueueOp(enum.StrEnum):

@@ -25,9 +25,9 @@ import aio_pika
 import aio_pika.abc
 import aiormq.exceptions
 
-from osrdyne.controller._management import ManagementApi
+from osrdyne.controller._decisions.pool_state import GroupStatus
+from osrdyne.controller._effects.management import ManagementApi
 from osrdyne.controller._settings import QueueSettings
-from osrdyne.controller._tracker import GroupStatus
 from osrdyne.exceptions import BrokerUnsuitable
 from osrdyne.wire import PoolNames
 
@@ -198,7 +198,7 @@ class RequestQueues(dict[str, GroupStatus]):
     """The pool's request queues by key (ACTIVE when bound to the request exchange with the
     key), and the name of each queue that is not the one `PoolNames.request_queue` gives its
     key now: a queue of osrdyne 0.1, named after the raw key, adopted as it is and retired
-    by the queue loop (`_migration`)."""
+    by the queue loop (`migration`)."""
 
     def __init__(
         self,
