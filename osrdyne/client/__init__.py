@@ -4,7 +4,8 @@
 pool's request exchange and wait for the answer; `Response` is what comes back.
 """
 
-from osrdyne.client._client import Body, Client
+from osrdyne.client._call import Body
+from osrdyne.client._client import Client
 from osrdyne.client._response import Response
 from osrdyne.client._sync import SyncClient
 

@@ -11,7 +11,8 @@ import threading
 from types import TracebackType
 from typing import Any
 
-from osrdyne.client._client import Body, Client
+from osrdyne.client._call import Body
+from osrdyne.client._client import Client
 from osrdyne.client._response import Response
 
 

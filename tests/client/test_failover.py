@@ -161,7 +161,7 @@ async def test_a_request_the_broker_nacks_until_its_deadline_raises_request_refu
                 # direct reply-to consumer), which took over 1.5 s once in a loaded CI run.
                 await client.call(pool, "full", b"x", timeout=5)
             assert client.publish_retries >= 1
-            assert not client._calls  # the call is forgotten
+            assert not client._replies.calls  # the call is forgotten
     finally:
         await connection.close()
 
