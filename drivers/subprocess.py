@@ -40,7 +40,7 @@ import uuid
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from drivers import _processes, base
+from drivers import _processes, base, sizing, standby
 
 logger = logging.getLogger(__name__)
 
@@ -317,9 +317,12 @@ class SubprocessDriver:
         self.settings = settings
         self.owner = settings.owner or f"osrdyne:{context.pool}"
         self._groups: dict[str, _Group] = {}
-        #: Standby workers by standby id, oldest first.
-        self._standby: dict[str, _Group] = {}
-        self._assign: base.Assign | None = None
+        #: Standby workers (groups without a key yet), oldest first.
+        self._standby: standby.StandbyPool[_Group] = standby.StandbyPool(
+            queue=lambda group: group.standby_queue,
+            name=lambda group: f"worker {group.workers[0].worker_id}",
+            discard=self._discard,
+        )
         self._retiring: set[asyncio.Task[None]] = set()
         self._adopted = False
         self._closed = False
@@ -329,16 +332,15 @@ class SubprocessDriver:
             raise base.DriverError(f"driver closed: group {key!r} not started")
         self._adopt_once()
         if key not in self._groups:
-            standby = await self._assign_standby(key)
-            if standby is None:
+            taken = await self._standby.take(key)
+            if taken is None:
                 if key not in self._groups:  # not started meanwhile
                     self._launch(key, {})
             elif key in self._groups or self._closed:  # started another way meanwhile
-                self._retire(standby)
+                self._retire(taken)
             else:
-                logger.info("standby worker %s takes key %r", standby.workers[0].worker_id, key)
-                standby.assign(key)
-                self._groups[key] = standby
+                taken.assign(key)
+                self._groups[key] = taken
         self._replenish()
 
     async def stop(self, key: str) -> None:
@@ -354,8 +356,8 @@ class SubprocessDriver:
 
     async def close(self) -> None:
         self._closed = True
-        groups = [*self._groups.values(), *self._standby.values()]
-        self._groups, self._standby = {}, {}
+        groups = [*self._groups.values(), *self._standby.clear()]
+        self._groups = {}
         await asyncio.gather(*(g.stop() for g in groups), *self._retiring)
 
     def capacity(self) -> int:
@@ -363,9 +365,13 @@ class SubprocessDriver:
         memory over `memory_per_worker`, less the standby workers and the workers groups
         run beyond their `workers` (grown by the scaler), divided by the workers of a
         group."""
-        extras = sum(max(0, n - self.settings.workers) for n in self._used().values())
-        spare = self._process_limit() - self.settings.standby - extras
-        return max(0, spare) // self.settings.workers
+        s = self.settings
+        return sizing.capacity(
+            cap=self._process_limit(),
+            workers=s.workers,
+            standby=s.standby,
+            sizes=self._used().values(),
+        )
 
     def _process_limit(self) -> int:
         processes = self.settings.max_processes
@@ -385,13 +391,12 @@ class SubprocessDriver:
         group = self._groups.get(key)
         if group is None or group.stopping or self._closed:
             return
-        count = max(1, workers)
-        grow = count - len(group.workers)
-        if grow > 0:
-            # Each worker more is a process more, whether started or taken from the standby
-            # workers (a standby taken is replaced).
-            room = self._process_limit() - len(self._standby) - sum(self._used().values())
-            count = len(group.workers) + min(grow, max(0, room))
+        current = len(group.workers)
+        # Each worker more is a process more, whether started or taken from the standby
+        # workers (a standby taken is replaced).
+        used = len(self._standby) + sum(self._used().values())
+        count = sizing.clamp(current=current, wanted=workers, cap=self._process_limit(), used=used)
+        if count > current:
             await self._grow_from_standby(key, count)
             group = self._groups.get(key)
             if group is None or group.stopping or self._closed:
@@ -406,14 +411,14 @@ class SubprocessDriver:
             group = self._groups.get(key)
             if group is None or group.stopping or self._closed or len(group.workers) >= count:
                 break
-            standby = await self._assign_standby(key)
-            if standby is None:
+            taken_in = await self._standby.take(key)
+            if taken_in is None:
                 break
             group = self._groups.get(key)
             if group is None or group.stopping or self._closed:
-                self._retire(standby)  # told the key of a group stopped meanwhile
+                self._retire(taken_in)  # told the key of a group stopped meanwhile
                 break
-            group.take_in(standby)
+            group.take_in(taken_in)
             taken += 1
         if taken:
             logger.info("%d standby worker(s) taken into the group of key %r", taken, key)
@@ -429,37 +434,19 @@ class SubprocessDriver:
     # -- standby workers (the `Standby` protocol) -----------------------------------------
 
     def standby_workers(self) -> tuple[base.WorkerInfo, ...]:
-        return tuple(g.workers[0] for g in self._standby.values())
+        return tuple(g.workers[0] for g in self._standby.waiting)
 
     def attach(self, assign: base.Assign | None) -> None:
-        self._assign = assign
+        self._standby.attach(assign)
 
-    async def _assign_standby(self, key: str) -> _Group | None:
-        """The oldest standby worker that took `key` (told through the controller's
-        assignment), out of the standby list; None when none did."""
-        for group in list(self._standby.values()):
-            assign = self._assign
-            if assign is None:
-                return None
-            if self._standby.pop(str(group.standby_id), None) is None:
-                continue  # taken by another key meanwhile
-            try:
-                taken = await assign(group.standby_queue, key)
-            except Exception as exc:  # the outcome is unknown: never let it serve twice
-                logger.warning("assigning key %r to a standby worker failed: %s", key, exc)
-                self._retire(group)
-                continue
-            if not taken:  # not waiting yet: keep it for a later key
-                self._standby[str(group.standby_id)] = group
-                continue
-            return group
-        return None
+    async def _discard(self, group: _Group) -> None:
+        self._retire(group)
 
     def _replenish(self) -> None:
         """Start standby workers until there are `standby` of them."""
         while not self._closed and len(self._standby) < self.settings.standby:
             group = _Group(self, None)
-            self._standby[str(group.standby_id)] = group
+            self._standby.add(group)
             group.start({})
 
     def _retire(self, group: _Group) -> asyncio.Task[None]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from drivers import base
+from drivers import base, key_locks, sizing
 from drivers.kubernetes import _core, _deployment, _hpa, _keda, _pods, _settings
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ class KubernetesDriver:
         #: `spec.replicas` of each group as the last `list()` read it, or as `resize` set it
         #: (the `Sizes` protocol; empty in KEDA and HPA modes, whose scaler owns replicas).
         self._sizes: dict[str, int] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._locks = key_locks.KeyLocks()
         self._outdated: set[str] = set()
         self._pods = _pods.Pods(self._cluster)
         #: Each group's pods as the last `list()` saw them (`describe`).
@@ -73,12 +73,12 @@ class KubernetesDriver:
     # -- the Driver protocol --------------------------------------------------------------
 
     async def start(self, key: str) -> None:
-        async with self._lock(key):
+        async with self._locks.hold(key):
             with _core.map_errors(f"starting the worker group of {key!r}"):
                 await asyncio.to_thread(self._converge, key)
 
     async def stop(self, key: str) -> None:
-        async with self._lock(key):
+        async with self._locks.hold(key):
             with _core.map_errors(f"stopping the worker group of {key!r}"):
                 await asyncio.to_thread(self._remove, key)
         self._sizes.pop(key, None)
@@ -91,10 +91,10 @@ class KubernetesDriver:
         No-op in KEDA and HPA modes, and for a group the last `list()` did not find."""
         if self._scaler is not None or key not in self._sizes:
             return
-        count = max(1, workers)
+        count = sizing.clamp(current=self._sizes[key], wanted=workers)
         if self._sizes[key] == count:
             return
-        async with self._lock(key):
+        async with self._locks.hold(key):
             with _core.map_errors(f"resizing the worker group of {key!r} to {count}"):
                 await asyncio.to_thread(_deployment.scale, self._cluster, key, count)
         self._sizes[key] = count
@@ -124,9 +124,6 @@ class KubernetesDriver:
         await self._cluster.close()
 
     # -- blocking work, run in threads ----------------------------------------------------
-
-    def _lock(self, key: str) -> asyncio.Lock:
-        return self._locks.setdefault(key, asyncio.Lock())
 
     def _client(self) -> k8s.ApiClient:
         return self._cluster.client()
