@@ -9,6 +9,8 @@ One room per seam:
     _environment   the per-instance environment files: format, values systemd keeps, writing
     _settings      `[driver.systemd]` (imports without dbus-fast)
     _bus           the D-Bus connection, calls and unit signals; D-Bus errors translated
+    _units         the pool's units as systemd reports them (listing, states, stops awaited)
+    _workers       each group's workers as listings and signals report them (`describe`)
     _driver        `SystemdDriver`: the Driver protocol over units, files and the bus
 """
 

@@ -27,7 +27,6 @@ from hypothesis import strategies as st
 
 from drivers import base, names, registry
 from drivers import systemd as sd
-from drivers.systemd import _driver as sd_driver
 from drivers.systemd import _environment as sd_environment
 from drivers.systemd import _names as sd_names
 from osrdyne import Client
@@ -245,35 +244,6 @@ def test_capacity_is_the_groups_the_caps_leave_room_for() -> None:
     assert sd.SystemdDriver(context, units).capacity() == 3
     both = sd.SystemdSettings(workers=2, max_units=7, max_groups=2)
     assert sd.SystemdDriver(context, both).capacity() == 2
-
-
-@pytest.mark.parametrize(
-    ("groups", "sizes", "planned", "outdated"),
-    [
-        # Each group at `workers` (2), current: nothing to do.
-        ({"a": {0: True, 1: True}}, {}, {}, set()),
-        # Asked for 3, two running: the third to start. Asked sizes of unlisted groups go.
-        ({"a": {0: True, 1: True}}, {"a": 3, "gone": 4}, {"a": 3}, {"a"}),
-        # Shrunk to 1, replica 1 still stopping: converge (stop it).
-        ({"a": {0: True, 1: True}}, {"a": 1}, {"a": 1}, {"a"}),
-        # A grown group nobody sized (a restarted controller): adopted at its size.
-        ({"a": {0: True, 1: True, 2: True, 3: True}}, {}, {"a": 4}, set()),
-        # Grown but with a gap, or a unit of another version: back to `workers`.
-        ({"a": {0: True, 1: True, 3: True}}, {}, {}, {"a"}),
-        ({"a": {0: True, 1: True, 2: False}}, {}, {}, {"a"}),
-        # A unit of another version (or failed long enough) in a sized group.
-        ({"a": {0: False, 1: True}}, {"a": 2}, {"a": 2}, {"a"}),
-        # Replica 0 gone (stopped by hand): started again.
-        ({"a": {1: True}}, {}, {}, {"a"}),
-    ],
-)
-def test_a_listing_plans_sizes_and_the_groups_to_converge(
-    groups: dict[str, dict[int, bool]],
-    sizes: dict[str, int],
-    planned: dict[str, int],
-    outdated: set[str],
-) -> None:
-    assert sd_driver.plan_sizes(groups, sizes, workers=2) == (planned, outdated)
 
 
 def test_registered_and_its_defaults_work() -> None:
