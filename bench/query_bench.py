@@ -272,10 +272,10 @@ def connect_server(args: argparse.Namespace, state: Path) -> Iterator[None]:
 
 
 def write_data(root: Path, rows: int, args: argparse.Namespace) -> None:
-    from spark_workers import build_session, connect, pipeline
+    from spark_workers import backend, pipeline
 
     settings = settings_for(root, args)
-    spark = connect.build_remote_session(settings) if settings.remote else build_session(settings)
+    spark = backend.chosen(settings).start(settings)
     pipeline.trips(spark, rows, 42).repartition(2).write.parquet(str(root / KEY))
     if settings.remote:
         spark.stop()  # the embedded session is the worker's: kept

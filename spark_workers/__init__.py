@@ -18,7 +18,8 @@ answers many queries on it:
 from spark_workers.cancellation import DeadlineExceeded, run_in_job_group
 from spark_workers.catalog import Catalog, DatasetError, DatasetKey, DatasetLocation
 from spark_workers.demo import demo_queries
-from spark_workers.keyed import VIEW_NAME, LoadedDataset, SparkWorker
+from spark_workers.key_dataset import VIEW_NAME, LoadedDataset
+from spark_workers.keyed import SparkWorker
 from spark_workers.query import Query
 from spark_workers.session import build_session, spark_conf
 from spark_workers.settings import SparkWorkerSettings

@@ -23,9 +23,9 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from spark_workers import connect
+from spark_workers import backend
 from worker_sdk import HandlerError
 
 if TYPE_CHECKING:
@@ -61,6 +61,7 @@ class Runner:
         max_threads: int = 64,
     ) -> None:
         self.spark = spark
+        self.backend = backend.of(spark)
         self.grace = grace
         self.on_overrun = on_overrun
         # Threads are made on demand and reused; the spares keep serving while cancelled
@@ -95,27 +96,11 @@ class Runner:
         self._threads.shutdown(wait=False, cancel_futures=True)
 
     def _in_group(self, group: str, description: str, fn: Callable[[], T]) -> T:
-        if connect.is_remote(self.spark):
-            self.spark.addTag(group)
-            try:
-                return fn()
-            finally:
-                self.spark.removeTag(group)
-        if not getattr(self._thread, "active", False):
-            # The session's conf, not Spark's defaults, for whatever reads the thread's
-            # SQLConf (it stays: Spark's actions restore the session they found).
-            jvm: Any = self.spark._jvm
-            jvm.org.apache.spark.sql.SparkSession.setActiveSession(self.spark._jsparkSession)
-            self._thread.active = True
-        self.spark.sparkContext.setJobGroup(group, description, interruptOnCancel=True)
-        return fn()
+        return self.backend.in_group(self.spark, group, description, fn, self._thread)
 
     def _cancel(self, group: str) -> None:
         try:
-            if connect.is_remote(self.spark):
-                self.spark.interruptTag(group)
-            else:
-                self.spark.sparkContext.cancelJobGroup(group)
+            self.backend.cancel(self.spark, group)
         except Exception:  # the JVM may be gone: whoever ran the work hears about it
             logger.warning("could not cancel job group %s", group, exc_info=True)
 

@@ -28,7 +28,7 @@ What works differently from the embedded mode, and why:
 - **Results** are bounded in the plan (`limit(max_rows + 1)`): `spark.driver.maxResultSize`
   is the server's, not settable per session.
 - **The server going away** (restart, crash) ends the worker (exit code 72,
-  `keyed.EXIT_SERVER_LOST`): its server-side session, views and cached data are gone with
+  `ending.EXIT_SERVER_LOST`): its server-side session, views and cached data are gone with
   the server. The request in flight goes back to the queue once (answered with
   `worker_error`, reason `server_lost`, if it was already redelivered: a query that crashes
   the server does not get to crash it forever); the driver starts a new worker, which waits
@@ -69,11 +69,6 @@ _RETRY_INTERVAL = 1.0
 class ServerUnavailable(Exception):
     """The Spark Connect server did not answer within `connect_timeout` (the worker exits and
     its driver tries again later)."""
-
-
-def is_remote(spark: Any) -> bool:
-    """Whether `spark` is a Spark Connect session (no JVM in this process)."""
-    return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
 def session_conf(settings: settings_mod.SparkWorkerSettings) -> dict[str, str]:
@@ -150,6 +145,14 @@ def lazy_sql(spark: SparkSession, text: str, args: dict[str, Any] | None = None)
 
     named = {name: F.lit(value) for name, value in (args or {}).items()}
     return ConnectDataFrame(SQL(text, named_args=named), spark)  # type: ignore[arg-type]
+
+
+def warm_up(spark: SparkSession) -> None:
+    """`session.warm_up` over Spark Connect, where the server may not see this machine's
+    files: the same kinds of query on generated rows (the client's own paths: plans, Arrow
+    batches)."""
+    df = spark.range(1000).selectExpr("id", "CAST(id % 7 AS STRING) AS s", "id * 1.5 AS f")
+    df.filter("f > 3").groupBy("s").count().toArrow()
 
 
 def cache(df: DataFrame) -> tuple[DataFrame, int]:

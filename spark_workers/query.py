@@ -14,13 +14,12 @@ Values are JSON scalars (lists of them for `in`), bound as literals, never splic
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from spark_workers import connect, sql_guard
+from spark_workers import backend, sql_guard
 from worker_sdk import HandlerError
 
 if TYPE_CHECKING:
@@ -203,14 +202,9 @@ def build(
     Identifiers are checked against `df`'s columns and quoted; values are bound parameters.
     """
     text, params = to_sql(query, list(df.columns), view=view)
-    if connect.is_remote(df.sparkSession):
-        # Over Spark Connect the guard cannot see a plan before the server runs it (see
-        # `connect`); this text is the worker's own, every identifier checked and quoted,
-        # every value a bound parameter. Sent lazily: one round trip less than `spark.sql`.
-        return connect.lazy_sql(df.sparkSession, text, params)
+    spark = df.sparkSession
     limits = limits or sql_guard.Limits()
-    own = dataclasses.replace(limits, max_sql_chars=None)
-    return sql_guard.checked_sql(df.sparkSession, text, view=view, params=params, limits=own)
+    return backend.of(spark).own_sql(spark, text, view=view, params=params, limits=limits)
 
 
 def to_sql(query: Query, columns: list[str], *, view: str) -> tuple[str, dict[str, Any]]:

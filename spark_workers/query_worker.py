@@ -32,7 +32,7 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from spark_workers import catalog, connect, keyed, manifest, query, results, sql_guard, text_guard
+from spark_workers import catalog, key_dataset, keyed, manifest, query, results, sql_guard
 from spark_workers import settings as settings_mod
 from worker_sdk import HandlerError, Request
 
@@ -54,7 +54,7 @@ class PlanCache:
     def __len__(self) -> int:
         return len(self._plans)
 
-    def get(self, data: keyed.LoadedDataset, q: query.Query) -> DataFrame:
+    def get(self, data: key_dataset.LoadedDataset, q: query.Query) -> DataFrame:
         key = q.model_dump_json(exclude={"format"})
         with self._lock:
             df = self._plans.get(key)
@@ -72,20 +72,18 @@ class PlanCache:
         return df
 
 
-def _plan(data: keyed.LoadedDataset, q: query.Query) -> DataFrame:
-    return results.bounded(_checked(data, q), max_rows=data.settings.max_rows)
+def _plan(data: key_dataset.LoadedDataset, q: query.Query) -> DataFrame:
+    # Once per planned query: a DataFrame keeps its schema, and a Connect DataFrame made
+    # afresh would ask the server for it on every collection (one more round trip).
+    return data.backend.bounded(_checked(data, q), max_rows=data.settings.max_rows)
 
 
-def _checked(data: keyed.LoadedDataset, q: query.Query) -> DataFrame:
+def _checked(data: key_dataset.LoadedDataset, q: query.Query) -> DataFrame:
     limits = guard_limits(data.settings)
-    if q.sql is not None and connect.is_remote(data.spark):
-        # Parsed and checked here; the server only sees SQL written from the checked tree.
-        df = text_guard.checked_sql(data.spark, q.sql, view=keyed.VIEW_NAME, limits=limits)
-        return df.limit(q.limit) if q.limit is not None else df
     if q.sql is not None:
-        df = sql_guard.checked_sql(data.spark, q.sql, view=keyed.VIEW_NAME, limits=limits)
+        df = data.backend.client_sql(data.spark, q.sql, view=key_dataset.VIEW_NAME, limits=limits)
         return df.limit(q.limit) if q.limit is not None else df
-    return query.build(data.df, q, view=keyed.VIEW_NAME, limits=limits)
+    return query.build(data.df, q, view=key_dataset.VIEW_NAME, limits=limits)
 
 
 def guard_limits(settings: settings_mod.SparkWorkerSettings) -> sql_guard.Limits:
@@ -97,7 +95,7 @@ def guard_limits(settings: settings_mod.SparkWorkerSettings) -> sql_guard.Limits
     )
 
 
-def plan_cache(data: keyed.LoadedDataset) -> PlanCache:
+def plan_cache(data: key_dataset.LoadedDataset) -> PlanCache:
     """The plan cache of a loaded dataset."""
     cache = data.extras.get("plan_cache")
     if cache is None:
@@ -110,7 +108,7 @@ def plan_cache(data: keyed.LoadedDataset) -> PlanCache:
 _QUOTES_OR_COMMENTS = re.compile(r"['\"`]|--|/\*")
 
 
-def cache_key(request: Request, data: keyed.LoadedDataset) -> str:
+def cache_key(request: Request, data: key_dataset.LoadedDataset) -> str:
     """The query of `request` in a normal form, for the result cache: the parsed document
     (every field, in a fixed order, defaults filled in: `{"limit": 5, "select": ["a"]}` and
     `{"select": ["a"], "limit": 5, "where": []}` are one query), SQL text stripped, and its
@@ -125,7 +123,7 @@ def cache_key(request: Request, data: keyed.LoadedDataset) -> str:
 
 
 def answer_status(
-    request: Request, data: keyed.LoadedDataset, *, app: keyed.SparkWorker
+    request: Request, data: key_dataset.LoadedDataset, *, app: keyed.SparkWorker
 ) -> dict[str, Any]:
     """What this worker serves and its caches' counts."""
     plans = data.extras.get("plan_cache")
@@ -155,12 +153,12 @@ def parsed(request: Request, settings: settings_mod.SparkWorkerSettings) -> quer
     return q
 
 
-def answer_query(request: Request, data: keyed.LoadedDataset) -> Any:
+def answer_query(request: Request, data: key_dataset.LoadedDataset) -> Any:
     """The default endpoint: run a query document."""
     return run_query(data, parsed(request, data.settings))
 
 
-def run_query(data: keyed.LoadedDataset, q: query.Query) -> Any:
+def run_query(data: key_dataset.LoadedDataset, q: query.Query) -> Any:
     """Run a parsed query on the loaded dataset; JSON-able dict or Arrow IPC bytes."""
     s = data.settings
     try:
@@ -178,7 +176,7 @@ def run_query(data: keyed.LoadedDataset, q: query.Query) -> Any:
 
 
 def answer_schema(
-    request: Request, data: keyed.LoadedDataset, *, cat: catalog.Catalog | None = None
+    request: Request, data: key_dataset.LoadedDataset, *, cat: catalog.Catalog | None = None
 ) -> dict[str, Any]:
     """The dataset's schema and size; the version read and its manifest when known."""
     location = cat.loaded.get(data.key) if cat is not None else None
@@ -189,7 +187,7 @@ def answer_schema(
         "key": data.key,
         "version": location.version if location is not None else None,
         "manifest": described,
-        "view": keyed.VIEW_NAME,
+        "view": key_dataset.VIEW_NAME,
         "columns": [
             {"name": f.name, "type": f.dataType.simpleString(), "nullable": f.nullable}
             for f in data.df.schema.fields
@@ -198,13 +196,13 @@ def answer_schema(
     }
 
 
-def answer_count(request: Request, data: keyed.LoadedDataset) -> dict[str, int]:
+def answer_count(request: Request, data: key_dataset.LoadedDataset) -> dict[str, int]:
     """Rows matching the optional `where` conditions."""
     q = parsed(request, data.settings)
     if q.sql is not None or q.select is not None or q.group_by or q.aggregates:
         raise HandlerError("count takes only 'where' conditions", details={"reason": "invalid"})
     try:
-        df = query.build(data.df, q, view=keyed.VIEW_NAME, limits=guard_limits(data.settings))
+        df = query.build(data.df, q, view=key_dataset.VIEW_NAME, limits=guard_limits(data.settings))
         return {"count": df.count()}
     except HandlerError:
         raise

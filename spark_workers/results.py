@@ -18,27 +18,15 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from spark_workers import connect
 from worker_sdk import HandlerError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 
-def bounded(df: DataFrame, *, max_rows: int) -> DataFrame:
-    """`df` as `collect` should get it: over Spark Connect, whose server's maxResultSize is
-    not this worker's to set, the plan itself is bounded (`limit(max_rows + 1)`).
-
-    Done once per planned query (the query worker caches the result): a DataFrame keeps its
-    schema, and a Connect DataFrame made afresh would ask the server for it on every
-    collection (one more round trip, and an analysis of the whole plan)."""
-    if connect.is_remote(df.sparkSession):
-        return df.limit(max_rows + 1)
-    return df
-
-
 def collect(df: DataFrame, *, max_rows: int) -> tuple[pa.Table, bool]:
-    """At most `max_rows` rows of `df` (made by `bounded`), and whether there were more."""
+    """At most `max_rows` rows of `df` (made by `Backend.bounded`), and whether there were
+    more."""
     try:
         table = df.toArrow()
     except Exception as exc:

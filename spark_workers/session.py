@@ -103,16 +103,8 @@ def warm_up(spark: SparkSession) -> None:
     on loaded classes and compiled code (embedded Spark, 1M rows, measured on 2 cores: the
     first answer after the load 4.6 s instead of 9.2 s).
 
-    Embedded: a small Parquet file written without the JVM (pyarrow) is read, filtered,
-    grouped, collected as Arrow and cached. Over Spark Connect, where the server may not
-    see this machine's files, the same kinds of query run on generated rows (the client's
-    own paths: plans, Arrow batches)."""
-    from spark_workers import connect
-
-    if connect.is_remote(spark):
-        df = spark.range(1000).selectExpr("id", "CAST(id % 7 AS STRING) AS s", "id * 1.5 AS f")
-        df.filter("f > 3").groupBy("s").count().toArrow()
-        return
+    A small Parquet file written without the JVM (pyarrow) is read, filtered, grouped,
+    collected as Arrow and cached (over Spark Connect: `connect.warm_up`)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 

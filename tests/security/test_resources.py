@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from spark_workers import DeadlineExceeded, SparkWorker, cancellation, query_worker, sql_guard
-from spark_workers.keyed import EXIT_JVM_LOST
+from spark_workers.ending import EXIT_JVM_LOST
 from tests.spark.conftest import TRIPS_ROWS, call, make_request, settings_for
 from worker_sdk import HandlerError, Requeue
 
@@ -189,7 +189,7 @@ def test_a_lost_jvm_is_answered_then_the_worker_ends(
     worker = query_worker.create_app(settings_for(datasets))
     worker.start("trips", spark=spark)
     worker.cached.wait(300)
-    worker._watch = None  # no process exit to wait for: the shared JVM lives on
+    worker.ending.watch = None  # no process exit to wait for: the shared JVM lives on
 
     def handler(request: Any, data: Any) -> Any:
         try:

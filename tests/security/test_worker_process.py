@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from osrdyne import Client
-from spark_workers.keyed import EXIT_JVM_LOST, EXIT_OVERRUN
+from spark_workers.ending import EXIT_JVM_LOST, EXIT_OVERRUN
 
 #: Each test starts Spark twice and bounds each step itself (calls up to 180 s, a restart up to
 #: 180 s); the test's own bound is their sum, not less: on a loaded 2-core CI machine one Spark

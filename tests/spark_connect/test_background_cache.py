@@ -2,7 +2,7 @@
 its dataset is defined, from the source, while the cache is built; then from memory, with
 the same answers. A cache that cannot be built leaves the source served.
 
-The cache build is held back (a wrapper around `SparkWorker._cache` waits for the test), so
+The cache build is held back (a wrapper around `KeyDataset._cache` waits for the test), so
 "before the cache is complete" is a state the test chooses, not a race it hopes to win. The
 worker runs in this process, on a session of its own on the shared server.
 """
@@ -38,7 +38,7 @@ def make_app(connect_url: str, connect_datasets: Path) -> Iterator[Any]:
         settings = SparkWorkerSettings(remote=connect_url, dataset_root=str(connect_datasets))
         app = query_worker.create_app(settings)
         if build is not None:
-            app._cache = build(app)  # type: ignore[method-assign]
+            app.dataset._cache = build(app)  # type: ignore[method-assign]
         apps.append(app)
         return app
 
@@ -53,7 +53,7 @@ def test_answers_from_the_source_then_from_the_cache(make_app: Any) -> None:
     release = threading.Event()
 
     def held(app: SparkWorker) -> Any:
-        build = app._cache
+        build = app.dataset._cache
 
         def wait_then_build(source: Any) -> Any:
             release.wait(120)
@@ -87,7 +87,7 @@ def test_a_cache_that_cannot_be_built_leaves_the_source_served(
         return fail
 
     app = make_app(broken)
-    with caplog.at_level(logging.WARNING, logger="spark_workers.keyed"):
+    with caplog.at_level(logging.WARNING, logger="spark_workers.key_dataset"):
         app.start("trips")
         assert app.cached.wait(60)
     assert "not cached, answered from its source: no memory for the cache" in caplog.text
@@ -100,15 +100,15 @@ def test_requests_go_before_the_cache_build(make_app: Any, monkeypatch: pytest.M
     the server's cores with it), and starts once none is. (The settling time is made long
     enough for this test's request to be under way before it ends, however busy the
     machine.)"""
-    from spark_workers import keyed
+    from spark_workers import key_dataset
     from tests.spark.conftest import make_request
 
-    monkeypatch.setattr(keyed, "_CACHE_SETTLE", 3.0)
+    monkeypatch.setattr(key_dataset, "_CACHE_SETTLE", 3.0)
 
     build_started = threading.Event()
 
     def recorded(app: SparkWorker) -> Any:
-        build = app._cache
+        build = app.dataset._cache
 
         def record_then_build(source: Any) -> Any:
             build_started.set()
