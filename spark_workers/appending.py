@@ -28,6 +28,7 @@ from functools import reduce
 from typing import TYPE_CHECKING
 
 from spark_workers import manifest, read_options, versions
+from spark_workers.pipeline_errors import AppendError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -35,10 +36,6 @@ if TYPE_CHECKING:
 
 #: The column holding each row's position in its source while deduplicating.
 _ORDER = "_source_order"
-
-
-class AppendError(Exception):
-    """The append cannot be made (no manifest to take the schema from, another schema)."""
 
 
 @dataclasses.dataclass(frozen=True)

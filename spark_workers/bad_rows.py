@@ -28,7 +28,8 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
-from spark_workers import inference, read_options
+from spark_workers import conversion, read_options
+from spark_workers.pipeline_errors import BadRowsError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -36,10 +37,6 @@ if TYPE_CHECKING:
 
 QUARANTINE_DIR = "_quarantine"
 QUARANTINE_FILE = "bad_rows.jsonl"
-
-
-class BadRowsError(Exception):
-    """The ingest stops: a bad row in failfast mode, or too many bad rows."""
 
 
 @dataclasses.dataclass
@@ -60,12 +57,12 @@ def collect(df: DataFrame, schema: StructType, options: read_options.ReadOptions
     from pyspark.sql import functions as F  # noqa: N812
 
     limit = 1 if options.mode == "failfast" else options.max_bad_rows + 1
-    raw_names = inference.raw_columns(schema)
-    columns = [inference.FILE_COLUMN, inference.REASON_COLUMN, *raw_names]
+    raw_names = conversion.raw_columns(schema)
+    columns = [conversion.FILE_COLUMN, conversion.REASON_COLUMN, *raw_names]
     has_corrupt = read_options.CORRUPT_COLUMN in df.columns
     if has_corrupt:
         columns.append(read_options.CORRUPT_COLUMN)
-    rows = df.where(F.col(inference.REASON_COLUMN) != "").select(*columns).limit(limit).collect()
+    rows = df.where(F.col(conversion.REASON_COLUMN) != "").select(*columns).limit(limit).collect()
     bad = []
     for row in rows:
         corrupt = row[read_options.CORRUPT_COLUMN] if has_corrupt else None
@@ -75,7 +72,7 @@ def collect(df: DataFrame, schema: StructType, options: read_options.ReadOptions
             else {f.name: row[raw] for f, raw in zip(schema.fields, raw_names, strict=True)}
         )
         bad.append(
-            BadRow(_local(row[inference.FILE_COLUMN]), None, row[inference.REASON_COLUMN], record)
+            BadRow(_local(row[conversion.FILE_COLUMN]), None, row[conversion.REASON_COLUMN], record)
         )
     locate(bad, options)
     return bad

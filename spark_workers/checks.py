@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 import pydantic
 
-from spark_workers import inference, written
+from spark_workers import value_sql, written
+from spark_workers.pipeline_errors import ChecksError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -75,10 +76,6 @@ _INTEGER_RANGES = {
 _ALLOWED_FROM_FILES = (*_INTEGERS, "boolean", "string")
 _EXAMPLES = 5
 Scalar = bool | int | float | str
-
-
-class ChecksError(ValueError):
-    """A checks file the pipeline refuses."""
 
 
 class ColumnChecks(pydantic.BaseModel):
@@ -197,7 +194,7 @@ def _conditions(checks: Checks, schema: StructType) -> list[tuple[str, str, str,
     types = {f.name: f.dataType for f in schema.fields}
     out = []
     for i, (name, column) in enumerate(checks.columns.items()):
-        col = inference.sql_name(name)
+        col = value_sql.sql_name(name)
         type_sql = types[name].simpleString()
         prefix = f"check:{i}:"
         if column.not_null:
@@ -240,7 +237,7 @@ def aggregates(
         if columns is not None and name not in columns:
             continue
         where = condition if among is None else f"({among}) AND ({condition})"
-        out.append(F.expr(f"count_if({where}) AS {inference.sql_name(label)}"))
+        out.append(F.expr(f"count_if({where}) AS {value_sql.sql_name(label)}"))
     return out
 
 
@@ -304,9 +301,9 @@ def _literal(value: Scalar, type_sql: str) -> str:
     elif isinstance(value, int):
         typed = f"CAST({value} AS {'INT' if -(2**31) <= value < 2**31 else 'BIGINT'})"
     elif isinstance(value, float):
-        typed = f"CAST({inference.sql_text(repr(value))} AS DOUBLE)"
+        typed = f"CAST({value_sql.sql_text(repr(value))} AS DOUBLE)"
     else:
-        typed = inference.sql_text(value)
+        typed = value_sql.sql_text(value)
     return f"CAST({typed} AS {type_sql})"
 
 

@@ -22,7 +22,14 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 import pydantic
 import typer
 
-from spark_workers import appending, catalog, manifest, read_options, session, versions
+from spark_workers import (
+    catalog,
+    manifest,
+    pipeline_errors,
+    read_options,
+    session,
+    versions,
+)
 from spark_workers import checks as checks_mod
 from spark_workers import ingest as ingest_mod
 from spark_workers import settings as settings_mod
@@ -243,7 +250,7 @@ def ingest(  # noqa: C901 - one option per reader setting, checked in ReadOption
         )
     try:
         if schema is not None and schema_file is not None:
-            raise read_options.ReadOptionsError("--schema or --schema-file, not both")
+            raise pipeline_errors.ReadOptionsError("--schema or --schema-file, not both")
         ddl = _read_schema_file(schema_file) if schema_file is not None else schema
         values: dict[str, object] = {
             "format": _source_format(src) if fmt == "auto" else fmt,
@@ -267,7 +274,7 @@ def ingest(  # noqa: C901 - one option per reader setting, checked in ReadOption
         declared = checks_mod.Checks.load(checks_file) if checks_file is not None else None
     except pydantic.ValidationError as exc:
         _fail("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
-    except (read_options.ReadOptionsError, checks_mod.ChecksError) as exc:
+    except pipeline_errors.PipelineError as exc:
         _fail(str(exc))
     request = ingest_mod.Request(
         src=src,
@@ -293,13 +300,7 @@ def ingest(  # noqa: C901 - one option per reader setting, checked in ReadOption
             if not dry_run:
                 info["rows"] = result.manifest["rows"]
                 info["bad rows"] = len(result.bad)
-    except (
-        ingest_mod.IngestError,
-        appending.AppendError,
-        read_options.ReadOptionsError,
-        checks_mod.ChecksError,
-        versions.VersionError,
-    ) as exc:
+    except pipeline_errors.PipelineError as exc:
         _fail(str(exc))
     except Exception as exc:  # Spark's own failures (a file gone, a disk full...): one line
         if not type(exc).__module__.startswith(("pyspark", "py4j")):
@@ -348,7 +349,7 @@ def _read_schema_file(path: str) -> str:
         with open(path, encoding="utf-8") as source:
             text = source.read(read_options.MAX_SCHEMA_CHARS + 1)
     except (OSError, UnicodeDecodeError) as exc:
-        raise read_options.ReadOptionsError(f"cannot read the schema file: {exc}") from exc
+        raise pipeline_errors.ReadOptionsError(f"cannot read the schema file: {exc}") from exc
     return text.strip()
 
 

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pydantic
 
+from spark_workers.pipeline_errors import ReadOptionsError
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
@@ -66,10 +68,6 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 Format = Literal["csv", "json", "parquet"]
 Mode = Literal["permissive", "dropmalformed", "failfast"]
-
-
-class ReadOptionsError(ValueError):
-    """An ingest option the pipeline refuses (the message says which and why)."""
 
 
 def _one_char(value: str | None, what: str) -> str | None:

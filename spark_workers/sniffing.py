@@ -1,6 +1,7 @@
 """What a raw CSV file is, guessed as DuckDB's sniffer guesses it, from a sample of its
 beginning, middle and end: the encoding, the delimiter, the quote, whether a header line is
-there, and per column a candidate type with the format its values are written in.
+there, and per column a candidate type with the format its values are written in
+(`value_guess`).
 
 The sample is up to `PART_BYTES` from the start, the middle and the end of each file (of
 `MAX_FILES` at most; a compressed file is read from its start only, up to three parts'
@@ -17,13 +18,7 @@ format over every row, and keeps a column text where a value does not fit.
 - **header**: the first line is a header unless every one of its fields fits the type its
   column has in the other lines and one column at least is not text (a file of numbers
   only has no header);
-- **types and formats** (`Guess`): integers, numbers (a decimal comma in a file that is not
-  comma-separated, thousands separators), booleans (`true`/`false`, `T`/`F` when both
-  appear, `yes`/`no`, any case), dates and timestamps in ISO form or written with `/`, `.`,
-  `-`, day first or month first, month names (`Jan 1 2000`, `1-Mar-2021`), times without
-  seconds, with fractions, `AM`/`PM` or a zone. A date whose day and month could be either
-  way round in every sampled value (no day past 12) keeps both orders as candidates; the
-  check over every row decides, else the column stays text and says why.
+- **types and formats** of each column: `value_guess`.
 """
 
 from __future__ import annotations
@@ -32,12 +27,11 @@ import csv
 import dataclasses
 import gzip
 import io
-import re
 from collections import Counter
 from collections.abc import Iterable
-from typing import Literal
 
-from spark_workers import manifest, read_options
+from spark_workers import manifest, read_options, value_guess
+from spark_workers.pipeline_errors import SniffError
 
 #: Bytes read from each of the start, middle and end of a file.
 PART_BYTES = 256 << 10
@@ -50,77 +44,6 @@ DELIMITERS = (",", "\t", ";", "|")
 #: Windows-1252 leaves these bytes undefined: a file holding one is ISO-8859-1.
 _CP1252_UNDEFINED = frozenset(b"\x81\x8d\x8f\x90\x9d")
 
-MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
-MONTH_NAMES = (
-    "january",
-    "february",
-    "march",
-    "april",
-    "may",
-    "june",
-    "july",
-    "august",
-    "september",
-    "october",
-    "november",
-    "december",
-)
-TRUE_WORDS = ("true", "t", "yes")
-FALSE_WORDS = ("false", "f", "no")
-
-_INTEGER = re.compile(r"[+-]?\d+")
-_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
-_GROUPED = {
-    ",": re.compile(r"[+-]?\d{1,3}(,\d{3})+(\.\d+)?"),
-    ".": re.compile(r"[+-]?\d{1,3}(\.\d{3})+(,\d+)?"),
-}
-_DECIMAL_COMMA = re.compile(r"[+-]?(\d+,?\d*|,\d+)([eE][+-]?\d+)?")
-_LEADING_ZERO = re.compile(r"[+-]?0\d")
-
-_YMD = re.compile(r"(\d{4})([/.-])(\d{1,2})\2(\d{1,2})")
-_DMY = re.compile(r"(\d{1,2})([/.-])(\d{1,2})\2(\d{4})")
-_MON_D_Y = re.compile(r"([A-Za-z]{3,9})([ -])(\d{1,2})(,?)\2(\d{4})")
-_D_MON_Y = re.compile(r"(\d{1,2})([ -])([A-Za-z]{3,9})\2(\d{4})")
-_TIME = re.compile(
-    r"(?P<sep>[ T])(?P<h>\d{1,2}):(?P<m>\d{2})(?::(?P<s>\d{2})(?:\.(?P<f>\d{1,9}))?)?"
-    r"(?: ?(?P<ampm>[AaPp][Mm]))?(?P<zsep> ?)(?P<zone>Z|[+-]\d{2}:\d{2}|[+-]\d{4}|[+-]\d{2})?"
-)
-#: ISO dates and timestamps Spark's cast reads with no pattern (`inference`'s default).
-ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
-ISO_TIMESTAMP = re.compile(
-    r"\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?)?(Z|[+-]\d{2}:?\d{2})?"
-)
-#: A pattern of the default form: Spark's cast, no pattern.
-ISO = ""
-
-
-@dataclasses.dataclass(frozen=True)
-class Guess:
-    """What a column's sampled values are: `type` (`int`, `double`, `boolean`, `date`,
-    `timestamp`, `string`), the candidate patterns of a date or timestamp (`ISO` for the
-    default form; two for a day/month order the sample did not decide), the number format,
-    whether booleans are spelled other than true/false, how many values were sampled, and
-    for a text column that looks like dates, why it stayed text."""
-
-    type: str
-    patterns: tuple[str, ...] = ()
-    decimal: Literal[".", ","] = "."
-    thousands: Literal[",", "."] | None = None
-    words: bool = False
-    values: int = 0
-    why_text: str | None = None
-
-    def column_format(self, pattern: str | None = None) -> read_options.ColumnFormat | None:
-        """The read format of this column once its pattern is chosen (None: the default)."""
-        chosen = pattern if pattern is not None else (self.patterns[0] if self.patterns else "")
-        fmt = read_options.ColumnFormat(
-            pattern=chosen or None,
-            decimal=self.decimal,
-            thousands=self.thousands,
-            words=self.words,
-        )
-        return None if fmt == read_options.ColumnFormat() else fmt
-
 
 @dataclasses.dataclass(frozen=True)
 class Sniffed:
@@ -131,12 +54,8 @@ class Sniffed:
     options: read_options.ReadOptions
     names: list[str]
     renamed: bool
-    guesses: dict[str, Guess]
+    guesses: dict[str, value_guess.Guess]
     rows: int
-
-
-class SniffError(Exception):
-    """The sample cannot be read as CSV (no line, no file)."""
 
 
 def sniff(src: str, options: read_options.ReadOptions) -> Sniffed | None:
@@ -163,7 +82,9 @@ def sniff(src: str, options: read_options.ReadOptions) -> Sniffed | None:
     first, rest = rows[0], rows[1:]
     markers = set(options.null_values)
     file_decimal = _file_decimal(rest, delimiter, markers)
-    guesses_rest = [guess([r[i] for r in rest], markers, file_decimal) for i in range(width)]
+    guesses_rest = [
+        value_guess.guess([r[i] for r in rest], markers, file_decimal) for i in range(width)
+    ]
     header = options.header
     if header is None:
         header = is_header(first, guesses_rest, markers, file_decimal, rest) if rest else True
@@ -171,7 +92,7 @@ def sniff(src: str, options: read_options.ReadOptions) -> Sniffed | None:
     guesses = (
         guesses_rest
         if header
-        else [guess([r[i] for r in data], markers, file_decimal) for i in range(width)]
+        else [value_guess.guess([r[i] for r in data], markers, file_decimal) for i in range(width)]
     )
     names, renamed = column_names(first if header else None, width)
     updated = options.model_dump()
@@ -344,7 +265,7 @@ def column_names(header: list[str] | None, width: int) -> tuple[list[str], bool]
     return names, names != header
 
 
-def _file_decimal(rows: list[list[str]], delimiter: str, markers: set[str]) -> Decimal:
+def _file_decimal(rows: list[list[str]], delimiter: str, markers: set[str]) -> value_guess.Decimal:
     """`,` when the file writes numbers with a decimal comma (a value such as `1,5` or
     `-0,25` in a file that is not comma-separated), else `.`."""
     if delimiter == ",":
@@ -352,17 +273,17 @@ def _file_decimal(rows: list[list[str]], delimiter: str, markers: set[str]) -> D
     for row in rows[:MAX_ROWS]:
         for value in row:
             v = value.strip()
-            if "," in v and v not in markers and _DECIMAL_COMMA.fullmatch(v):
-                if not _GROUPED[","].fullmatch(v):
+            if "," in v and v not in markers and value_guess.DECIMAL_COMMA.fullmatch(v):
+                if not value_guess.GROUPED[","].fullmatch(v):
                     return ","
     return "."
 
 
 def is_header(
     first: list[str],
-    guesses: list[Guess],
+    guesses: list[value_guess.Guess],
     markers: set[str],
-    decimal: Decimal,
+    decimal: value_guess.Decimal,
     rest: list[list[str]],
 ) -> bool:
     """Whether `first` is a header: not every field fits its column's type, or no column is
@@ -376,188 +297,21 @@ def is_header(
         v = value.strip()
         if column.type == "string" or v in markers:
             continue
-        alone = guess([value], markers, decimal).type
+        alone = value_guess.guess([value], markers, decimal).type
         numbers = ("int", "double")
         if column.type in numbers and alone not in numbers:
             return True
         if column.type == "boolean" and alone != "boolean":
             return True
-        if column.type in ("date", "timestamp") and not (set(column.patterns) & set(_patterns(v))):
+        if column.type in ("date", "timestamp") and not (
+            set(column.patterns) & set(value_guess.patterns_of(v))
+        ):
             return True
-        if column.type == "double" and _INTEGER.fullmatch(v):
+        if column.type == "double" and value_guess.INTEGER.fullmatch(v):
             others = [r[i].strip() for r in rest if i < len(r)]
-            named_by_numbers = named_by_numbers or not any(_INTEGER.fullmatch(o) for o in others)
+            named_by_numbers = named_by_numbers or not any(
+                value_guess.INTEGER.fullmatch(o) for o in others
+            )
         elif column.type == "double":
             return False
     return named_by_numbers
-
-
-Decimal = Literal[".", ","]
-
-
-def guess(values: list[str], markers: set[str], decimal: Decimal = ".") -> Guess:
-    """The narrowest type every present value of `values` is written as (see the module)."""
-    present = [v.strip() for v in values if v not in markers and v.strip() not in markers]
-    present = [v for v in present if v]
-    n = len(present)
-    if not present:
-        return Guess("string", values=0)
-    leading_zero = any(_LEADING_ZERO.match(v) for v in present)
-    number = _number(present, decimal)
-    if number is not None:
-        if leading_zero:
-            return Guess("string", values=n)
-        kind, thousands = number
-        return Guess(
-            kind, decimal=decimal if kind == "double" else ".", thousands=thousands, values=n
-        )
-    lower = {v.lower() for v in present}
-    if lower <= set(TRUE_WORDS + FALSE_WORDS) and (not lower <= {"t", "f"} or lower == {"t", "f"}):
-        return Guess("boolean", words=not lower <= {"true", "false"}, values=n)
-    return _datetime(present, n)
-
-
-def _number(present: list[str], decimal: Decimal) -> tuple[str, Decimal | None] | None:
-    """(`int` or `double`, the thousands separator or None) when every value is a number."""
-    thousands: Decimal = "." if decimal == "," else ","
-    separator: Decimal | None = None
-    grouped = _GROUPED[thousands]
-    plain = _DECIMAL_COMMA if decimal == "," else _NUMBER
-    kind = "int"
-    for v in present:
-        if _INTEGER.fullmatch(v):
-            continue
-        if grouped.fullmatch(v):
-            separator = thousands
-            if decimal in v:
-                kind = "double"
-            continue
-        if plain.fullmatch(v) or (decimal == "," and _NUMBER.fullmatch(v) and "." not in v):
-            kind = "double"
-            continue
-        return None
-    return kind, separator
-
-
-def _datetime(present: list[str], n: int) -> Guess:
-    """A date or timestamp guess when one pattern (or one pair of day/month orders) reads
-    every value; text otherwise, with the reason when the values look like dates."""
-    common: set[str] | None = None
-    looks = 0
-    for v in present:
-        found = set(_patterns(v))
-        if found:
-            looks += 1
-        common = found if common is None else common & found
-        if not common:
-            break
-    if not common:
-        if looks * 2 >= n:
-            return Guess("string", values=n, why_text=_why_mixed(present))
-        return Guess("string", values=n)
-    kind = "timestamp" if any("H" in p or "h" in p for p in common) else "date"
-    if ISO in common:
-        iso_kind = "date" if all(ISO_DATE.fullmatch(v) for v in present) else "timestamp"
-        return Guess(iso_kind, patterns=(ISO,), values=n)
-    ordered = sorted(common)
-    if len(ordered) == 2 and {p[:2] for p in ordered} in ({"d/", "M/"}, {"d-", "M-"}, {"d.", "M."}):
-        day_first, month_first = sorted(ordered, key=lambda p: p.startswith("M"))
-        return Guess(kind, patterns=(day_first, month_first), values=n)
-    return Guess(kind, patterns=(ordered[0],), values=n)
-
-
-def _why_mixed(present: list[str]) -> str:
-    by_pattern = Counter(p for v in present for p in (_patterns(v)[:1] or ["text"]))
-    shown = ", ".join(f"{p or 'ISO'} ({c})" for p, c in by_pattern.most_common(3))
-    return f"its values are written in more than one way: {shown}"
-
-
-def _patterns(value: str) -> list[str]:
-    """Every Spark datetime pattern (`ISO`: the cast's default form) that reads `value`."""
-    if ISO_TIMESTAMP.fullmatch(value):
-        return [ISO]
-    date_end, dates = _date_patterns(value)
-    if not dates:
-        return []
-    rest = value[date_end:]
-    if not rest:
-        return dates
-    time = _TIME.fullmatch(rest)
-    clock = _clock(time) if time is not None else None
-    if time is None or clock is None:
-        return []
-    separator = "'T'" if time["sep"] == "T" else " "
-    zones = [""]
-    if time["zone"]:
-        zone = time["zone"]
-        if zone == "Z":
-            zones = ["XXX", "XX", "X"]
-        else:
-            zones = ["XXX"] if ":" in zone else ["XX"] if len(zone) == 5 else ["X"]
-        zones = [time["zsep"] + z for z in zones]
-    elif time["zsep"]:
-        return []
-    return [f"{d}{separator}{clock}{z}" for d in dates for z in zones]
-
-
-def _clock(time: re.Match[str]) -> str | None:
-    """The pattern of a time of day (`H:mm`, `h:mm:ss a`, `H:mm:ss.SSS`), None if invalid."""
-    hour, minute = int(time["h"]), int(time["m"])
-    if minute > 59 or (time["s"] and int(time["s"]) > 59):
-        return None
-    if time["ampm"] and not 1 <= hour <= 12 or not time["ampm"] and hour > 23:
-        return None
-    clock = "h:mm" if time["ampm"] else "H:mm"
-    if time["s"]:
-        clock += ":ss"
-        if time["f"]:
-            clock += "." + "S" * len(time["f"])
-    return clock + (" a" if time["ampm"] else "")
-
-
-def _date_patterns(value: str) -> tuple[int, list[str]]:
-    """(where the date ends, the patterns that read it) for a date at the start of `value`."""
-    if m := _YMD.match(value):
-        year, sep, month, day = int(m[1]), m[2], int(m[3]), int(m[4])
-        if not _valid(year, month, day):
-            return 0, []
-        return m.end(), [f"yyyy{sep}M{sep}d"]
-    if m := _DMY.match(value):
-        a, sep, b, year = int(m[1]), m[2], int(m[3]), int(m[4])
-        found = [f"d{sep}M{sep}yyyy"] if _valid(year, b, a) else []
-        if _valid(year, a, b):
-            found.append(f"M{sep}d{sep}yyyy")
-        return m.end(), found
-    if m := _MON_D_Y.match(value):
-        named = _month(m[1])
-        if named is None or not _valid(int(m[5]), named[0], int(m[3])):
-            return 0, []
-        sep = m[2]
-        return m.end(), [f"{named[1]}{sep}d{m[4]}{sep}yyyy"]
-    if m := _D_MON_Y.match(value):
-        named = _month(m[3])
-        if named is None or not _valid(int(m[4]), named[0], int(m[1])):
-            return 0, []
-        sep = m[2]
-        return m.end(), [f"d{sep}{named[1]}{sep}yyyy"]
-    return 0, []
-
-
-def _month(word: str) -> tuple[int, str] | None:
-    """(number, pattern letters) of an English month name or its three-letter abbreviation."""
-    lower = word.lower()
-    if lower in MONTHS:
-        return MONTHS.index(lower) + 1, "MMM"
-    if lower in MONTH_NAMES:
-        return MONTH_NAMES.index(lower) + 1, "MMMM"
-    return None
-
-
-def _valid(year: int, month: int, day: int) -> bool:
-    import datetime as dt
-
-    try:
-        dt.date(year, month, day)
-    except ValueError:
-        return False
-    return year >= 1000

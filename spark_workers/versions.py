@@ -34,11 +34,9 @@ import shutil
 import uuid
 from collections.abc import Iterator
 
+from spark_workers.pipeline_errors import VersionError
+
 STAGING_PREFIX = ".staging-"
-
-
-class VersionError(Exception):
-    """The version cannot be published (it exists, or the name is not a link)."""
 
 
 def new_version() -> str:

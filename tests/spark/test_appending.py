@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from spark_workers import manifest, versions
+from spark_workers import manifest, pipeline_errors, versions
 from tests.spark import real_data
 from tests.spark.test_real_data import ingest
 
@@ -163,6 +163,6 @@ def test_a_publish_whose_base_moved_meanwhile_publishes_nothing(tmp_path: Path) 
         versions.publish(root, staged, "f", dataset, promote=True)
     late = versions.staging(root, "f@c")
     Path(late).mkdir()
-    with pytest.raises(versions.VersionError, match="moved from 'f@a' to 'f@b'"):
+    with pytest.raises(pipeline_errors.VersionError, match="moved from 'f@a' to 'f@b'"):
         versions.publish(root, late, "f", "f@c", promote=True, expected="f@a")
     assert versions.current(root, "f") == "f@b" and not (tmp_path / "f@c").exists()

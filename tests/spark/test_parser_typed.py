@@ -1,6 +1,6 @@
-"""Spark's own CSV parser types some columns as it reads (`inference.parser_typed`,
+"""Spark's own CSV parser types some columns as it reads (`conversion.parser_typed`,
 `convert_parsed`): the written rows must be exactly what the text path makes
-(`inference.convert`), value by value and bad row by bad row. A differential test over
+(`conversion.convert`), value by value and bad row by bad row. A differential test over
 the values where parsers disagree (spaces around numbers, signs, leading zeros, exponents,
 Java's `1.5d` and hex floats, `NaN`/`Inf` in every spelling, overflow, non-ASCII digits,
 booleans in case and with spaces, markers, wrong field counts, invalid UTF-8) and a real
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from spark_workers import inference, ingest, manifest, read_options
+from spark_workers import conversion, manifest, read_options, source_read, typed_frames, value_sql
 from tests.spark import real_data
 
 EDGES = [
@@ -87,11 +87,11 @@ def _both_ways(
 ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], frozenset[str]]:
     """The rows by the text path, the rows as the ingest makes them, and the columns the
     parser typed there."""
-    text, _ = ingest.read_text(spark, str(src), options, schema)
-    by_text = inference.convert(text, schema, options, sources=False)
-    ascii_digits = ingest._no_other_digits(str(src), options)
-    typed = inference.parser_typed(schema, options, ascii_digits=ascii_digits)
-    frames = ingest._typed(spark, str(src), options, schema, lambda: text)
+    text, _ = source_read.read_text(spark, str(src), options, schema)
+    by_text = conversion.convert(text, schema, options, sources=False)
+    ascii_digits = typed_frames.no_other_digits(str(src), options)
+    typed = conversion.parser_typed(schema, options, ascii_digits=ascii_digits)
+    frames = typed_frames.typed(spark, str(src), options, schema, lambda: text)
     return _rows(by_text), _rows(frames.full()), typed
 
 
@@ -123,17 +123,17 @@ def test_a_digit_other_than_asciis_keeps_integers_on_the_text_path(
     for digit in ("\u0663", "\uff13", "\u0969"):  # Arabic-Indic, fullwidth, Devanagari
         src = tmp_path / f"digits-{ord(digit)}.csv"
         src.write_text(f"a,b,t\n1,1.5,x\n{digit},2.5,y\n3,3.5,caf\u00e9\n", encoding="utf-8")
-        assert not ingest._no_other_digits(str(src), options)
+        assert not typed_frames.no_other_digits(str(src), options)
         by_text, by_parser, typed = _both_ways(spark, src, schema, options)
         assert typed == {"b"} and by_parser == by_text
         assert [(row[0], row[-1]) for row in by_text] == [(1, False), (3, False), (None, True)]
     plain = tmp_path / "plain.csv"
     plain.write_text("a,b,t\n1,1.5,caf\u00e9\n", encoding="utf-8")
-    assert ingest._no_other_digits(str(plain), options)  # non-ASCII text, no other digit
+    assert typed_frames.no_other_digits(str(plain), options)  # non-ASCII text, no other digit
     wide = tmp_path / "wide.csv"
     wide.write_text("a,b,t\n\u0663,1.5,x\n", encoding="utf-16")
     utf16 = read_options.ReadOptions(schema_ddl="a INT, b DOUBLE, t STRING", encoding="utf-16")
-    assert not ingest._no_other_digits(str(wide), utf16)
+    assert not typed_frames.no_other_digits(str(wide), utf16)
 
 
 @pytest.mark.parametrize("block", [1, 2, 3, 5, 64])
@@ -143,16 +143,16 @@ def test_the_digit_scan_finds_a_digit_across_its_blocks(
     """The scan reads a file in blocks (4 MB): a digit whose bytes a block boundary splits,
     after blocks of ASCII only and of other non-ASCII text, is found in UTF-8 and in UTF-16
     (odd block sizes split its code units too); a file without one passes."""
-    monkeypatch.setattr(ingest, "_BLOCK", block)
+    monkeypatch.setattr(typed_frames, "_BLOCK", block)
     for encoding in ("utf-8", "utf-16"):
         options = read_options.ReadOptions(schema_ddl="a INT, t STRING", encoding=encoding)
         head = "a,t\n" + "1,x\n" * 20 + "2,caf\u00e9 \u00fcber\n"
         src = tmp_path / f"split-{encoding}-{block}.csv"
         src.write_text(head + "\u0969,y\n", encoding=encoding)
-        assert not ingest._no_other_digits(str(src), options)
+        assert not typed_frames.no_other_digits(str(src), options)
         clean = tmp_path / f"clean-{encoding}-{block}.csv"
         clean.write_text(head + "3,y\n", encoding=encoding)
-        assert ingest._no_other_digits(str(clean), options)
+        assert typed_frames.no_other_digits(str(clean), options)
 
 
 def test_a_marker_the_parser_could_read_keeps_its_columns_on_the_text_path(
@@ -160,9 +160,9 @@ def test_a_marker_the_parser_could_read_keeps_its_columns_on_the_text_path(
 ) -> None:
     schema = read_options.parse_schema(spark, "a INT, b DOUBLE, c BOOLEAN")
     sentinels = read_options.ReadOptions(null_values=("-999", "NaN", "FALSE", "NA"))
-    assert inference.parser_typed(schema, sentinels, ascii_digits=True) == frozenset()
+    assert conversion.parser_typed(schema, sentinels, ascii_digits=True) == frozenset()
     words = read_options.ReadOptions(null_values=("NA", "missing"))
-    assert inference.parser_typed(schema, words, ascii_digits=True) == {"a", "b", "c"}
+    assert conversion.parser_typed(schema, words, ascii_digits=True) == {"a", "b", "c"}
     src = tmp_path / "s.csv"
     src.write_text("a,b,c\n-999,NaN,FALSE\n1,2.5,true\nNA,missing,NA\n")
     for options in (sentinels, words):
@@ -219,11 +219,11 @@ def test_a_marker_left_out_of_the_plan_never_parses(spark: Any) -> None:
             (marker, type_name)
             for marker in MARKER_EDGES
             for type_name in MARKER_TYPES
-            if not inference._may_parse(marker, type_name, options)
+            if not value_sql.may_parse(marker, type_name, options)
         ]
         assert len(pairs) > len(MARKER_TYPES) * 5  # the filter does leave markers out
         tests = ", ".join(
-            f"{inference._parse(inference.sql_text(m), t, options)} IS NOT NULL" for m, t in pairs
+            f"{value_sql.parse(value_sql.sql_text(m), t, options)} IS NOT NULL" for m, t in pairs
         )
         row = spark.sql(f"SELECT array({tests})").collect()[0][0]
         parsed = [pair for pair, parses in zip(pairs, row, strict=True) if parses]
@@ -312,7 +312,7 @@ def test_patterned_dates_and_timestamps_are_typed_by_the_parser_as_by_the_text_p
     # every date column is typed on the text path.
     mixed = dict(formats, e=read_options.ColumnFormat(pattern="yyyy-MM-dd"))
     other = options.model_copy(update={"formats": mixed})
-    assert inference.reader_patterns(schema, other) == (None, timestamp)
+    assert conversion.reader_patterns(schema, other) == (None, timestamp)
     by_text, by_parser, typed = _both_ways(spark, src, schema, other)
     assert typed == {"t"} and by_parser == by_text
 
@@ -330,13 +330,13 @@ def test_a_marker_a_pattern_of_words_could_read_keeps_its_column_on_the_text_pat
             "t": read_options.ColumnFormat(pattern="yyyy/M/d H:mm"),
         }
     )
-    assert inference.parser_typed(schema, digits, ascii_digits=True) == {"d", "t"}
+    assert conversion.parser_typed(schema, digits, ascii_digits=True) == {"d", "t"}
     words = read_options.ReadOptions(
         formats={
             "d": read_options.ColumnFormat(pattern="d-MMM-yyyy"),
             "t": read_options.ColumnFormat(pattern="M/d/yyyy h:mm a"),
         }
     )
-    assert inference.parser_typed(schema, words, ascii_digits=True) == frozenset()
+    assert conversion.parser_typed(schema, words, ascii_digits=True) == frozenset()
     no_markers = words.model_copy(update={"null_values": ()})
-    assert inference.parser_typed(schema, no_markers, ascii_digits=True) == {"d", "t"}
+    assert conversion.parser_typed(schema, no_markers, ascii_digits=True) == {"d", "t"}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_workers import read_options, sniffing, text_date_guard
+from spark_workers import read_options, sniffing, text_date_guard, value_guess
 
 MARKERS = set(read_options.DEFAULT_NULL_VALUES)
 
@@ -80,7 +80,7 @@ def test_headers(tmp_path: Path) -> None:
     ],
 )
 def test_dates_and_timestamps(values: list[str], type_name: str, patterns: tuple[str, ...]) -> None:
-    found = sniffing.guess(values, MARKERS)
+    found = value_guess.guess(values, MARKERS)
     assert (found.type, found.patterns) == (type_name, patterns)
 
 
@@ -102,16 +102,16 @@ def test_dates_and_timestamps(values: list[str], type_name: str, patterns: tuple
     ],
 )
 def test_numbers_and_booleans(
-    values: list[str], decimal: sniffing.Decimal, type_name: str, fmt: dict[str, object] | None
+    values: list[str], decimal: value_guess.Decimal, type_name: str, fmt: dict[str, object] | None
 ) -> None:
-    found = sniffing.guess(values, MARKERS, decimal)
+    found = value_guess.guess(values, MARKERS, decimal)
     assert found.type == type_name
     expected = read_options.ColumnFormat.model_validate(fmt) if fmt else None
     assert found.column_format() == expected
 
 
 def test_a_mix_of_date_forms_is_text_with_the_reason() -> None:
-    found = sniffing.guess(["2012/01/01", "Jan 2 2012", "2012/01/03"], MARKERS)
+    found = value_guess.guess(["2012/01/01", "Jan 2 2012", "2012/01/03"], MARKERS)
     assert found.type == "string" and found.why_text is not None
     assert "more than one way" in found.why_text
 

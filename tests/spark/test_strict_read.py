@@ -1,9 +1,10 @@
-"""The strict read (`ingest._Frames.strict`): where Spark's parser types columns and the
+"""The strict read (`typed_frames.Frames.strict`): where Spark's parser types columns and the
 source does not start with missing-value markers, the ingest first reads in FAILFAST mode
 with no corrupt-record column, stopping at the first row it does not type; then it reads
 again with the full frame. Either way the version is the one the full frame alone writes:
 rows, statistics, bad rows and their lines. The problems are put past the first megabyte,
-where the marker sample (`_markers_at_start`) does not look, so the strict read meets them.
+where the marker sample (`typed_frames.markers_at_start`) does not look, so the strict read
+meets them.
 """
 
 from __future__ import annotations
@@ -13,7 +14,15 @@ from typing import Any
 
 import pytest
 
-from spark_workers import bad_rows, ingest, manifest, read_options
+from spark_workers import (
+    bad_rows,
+    ingest,
+    manifest,
+    pipeline_errors,
+    read_options,
+    staged_write,
+    typed_frames,
+)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -66,13 +75,13 @@ def _ingest(
 def writes(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """The `strict` argument of every frame write, in order."""
     seen: list[bool] = []
-    real = ingest._write_frame
+    real = staged_write.write_frame
 
     def spy(*args: Any, strict: bool, **kwargs: Any) -> Any:
         seen.append(strict)
         return real(*args, strict=strict, **kwargs)
 
-    monkeypatch.setattr(ingest, "_write_frame", spy)
+    monkeypatch.setattr(staged_write, "write_frame", spy)
     return seen
 
 
@@ -85,7 +94,7 @@ def _full_only(
 ) -> Any:
     """The version the full frame alone writes (no strict read tried)."""
     with monkeypatch.context() as patch:
-        patch.setattr(ingest, "_markers_at_start", lambda src, options: True)
+        patch.setattr(typed_frames, "markers_at_start", lambda src, options: True)
         return _ingest(spark, src, root, "full", partition_by=partition_by)
 
 
@@ -155,7 +164,7 @@ def test_a_row_past_the_sample_makes_the_full_read_write_the_same_version(
     nothing of the stopped write is left."""
     src = _source(tmp_path / "late.csv", last=last)
     root = tmp_path / "root"
-    assert not ingest._markers_at_start(str(src), read_options.ReadOptions(schema_ddl=DDL))
+    assert not typed_frames.markers_at_start(str(src), read_options.ReadOptions(schema_ddl=DDL))
 
     result = _ingest(spark, src, root, "v1")
 
@@ -173,7 +182,7 @@ def test_a_row_past_the_sample_makes_the_full_read_write_the_same_version(
 def test_failfast_names_a_bad_row_the_strict_read_met(spark: Any, tmp_path: Path) -> None:
     src = _source(tmp_path / "late.csv", last=f"{ROWS},2024-01-01,2024-02-01,abc,true,1,x")
     root = tmp_path / "root"
-    with pytest.raises(ingest.IngestError, match=rf"late.csv, line {ROWS + 2}: column x"):
+    with pytest.raises(pipeline_errors.BadRowsError, match=rf"late.csv, line {ROWS + 2}: column x"):
         _ingest(spark, src, root, "v1", mode="failfast")
     assert not (root / "t@v1").exists()
     _no_leftovers(root)
@@ -214,24 +223,24 @@ def test_the_marker_sample_finds_markers_as_fields_only(
 ) -> None:
     src = tmp_path / "s.csv"
     src.write_text(text)
-    assert ingest._markers_at_start(str(src), read_options.ReadOptions()) is found
+    assert typed_frames.markers_at_start(str(src), read_options.ReadOptions()) is found
 
 
 def test_the_marker_sample_follows_the_delimiter_and_charset(tmp_path: Path) -> None:
     semicolons = read_options.ReadOptions(delimiter=";")
     src = tmp_path / "s.csv"
     src.write_text("a;b\n1;NA\n")
-    assert ingest._markers_at_start(str(src), semicolons)
+    assert typed_frames.markers_at_start(str(src), semicolons)
     src.write_text("a;b\n1,NA;2\n")  # `1,NA` is one field
-    assert not ingest._markers_at_start(str(src), semicolons)
+    assert not typed_frames.markers_at_start(str(src), semicolons)
     wide = tmp_path / "w.csv"
     wide.write_text("a,b\n1,NA\n", encoding="utf-16")
-    assert ingest._markers_at_start(str(wide), read_options.ReadOptions(encoding="utf-16"))
+    assert typed_frames.markers_at_start(str(wide), read_options.ReadOptions(encoding="utf-16"))
     custom = read_options.ReadOptions(null_values=("missing",))
     src.write_text("a,b\n1,NA\n2,missing\n")
-    assert ingest._markers_at_start(str(src), custom)
+    assert typed_frames.markers_at_start(str(src), custom)
     src.write_text("a,b\n1,NA\n")
-    assert not ingest._markers_at_start(str(src), custom)
+    assert not typed_frames.markers_at_start(str(src), custom)
 
 
 def test_a_version_written_strictly_is_described_as_any_other(spark: Any, tmp_path: Path) -> None:
@@ -263,17 +272,17 @@ def test_the_strict_reads_stop_is_not_logged_and_the_log_levels_come_back(
     def levels() -> dict[str, str]:
         return {
             name: str(log4j.LogManager.getLogger(name).getLevel())
-            for name in ingest._TASK_FAILURE_LOGGERS
+            for name in staged_write._TASK_FAILURE_LOGGERS
         }
 
     during: dict[bool, dict[str, str]] = {}
-    real = ingest._write_frame
+    real = staged_write.write_frame
 
     def spy(*args: Any, strict: bool, **kwargs: Any) -> Any:
         during[strict] = levels()
         return real(*args, strict=strict, **kwargs)
 
-    monkeypatch.setattr(ingest, "_write_frame", spy)
+    monkeypatch.setattr(staged_write, "write_frame", spy)
     before = levels()
     src = _source(tmp_path / "late.csv", last=f"{ROWS},2024-01-01,2024-02-01,abc,true,1,x")
     result = _ingest(spark, src, tmp_path / "root", "v1")
