@@ -82,12 +82,12 @@ import httpx  # noqa: E402
 
 from drivers.memory import MemoryDriver  # noqa: E402
 from osrdyne.controller import Controller, Settings  # noqa: E402
+from osrdyne.controller._broker_settings import BrokerLimitSettings  # noqa: E402
 from osrdyne.controller._decisions import reconcile  # noqa: E402
 from osrdyne.controller._decisions.admission import Admission, GroupCount  # noqa: E402
 from osrdyne.controller._decisions.pool_state import GroupStatus  # noqa: E402
 from osrdyne.controller._effects import topology  # noqa: E402
 from osrdyne.controller._effects.tracker import PoolStateTracker  # noqa: E402
-from osrdyne.controller._settings import BrokerLimitSettings  # noqa: E402
 from osrdyne.wire import PoolNames  # noqa: E402
 from tests.faults.rabbit_node import RabbitNode  # noqa: E402
 
@@ -605,7 +605,7 @@ EVENT_LAG_SAMPLES = 5
 async def event_lag_s(controller: Controller, node: Node, vhost: str) -> dict[str, float]:
     """Seconds from a request queue deleted by hand (management API) to the controller
     having made it again, bound to the request exchange with its key (the broker shows it):
-    the broker's event (after `_queue_loop._DELETED_GRACE`), or failing that the next
+    the broker's event (after `queue_repairs.DELETED_GRACE`), or failing that the next
     anti-entropy listing. `EVENT_LAG_SAMPLES` queues, one after the other: the median and
     the longest; and the medians of two parts: the DELETE itself, and from its answer until
     the controller heard the queue's deletion (the broker's event, or nothing: NaN). A queue

@@ -60,11 +60,6 @@ class ComponentDied(RuntimeError):
     """A background component of the session ended: the session restarts from scratch."""
 
 
-class LeaseExpired(ConnectionError):
-    """The leader heard nothing from its node for its lease: it stopped acting, and the
-    session ends (the next one starts at the next address)."""
-
-
 #: Connection failures that end a session and are followed by a new one.
 SESSION_ERRORS = (
     aio_pika.exceptions.AMQPError,
@@ -279,7 +274,10 @@ class Controller:
                 if not await _first(waited, self._stopping, lost):
                     return
             self._set_role(Role.LEADER)
-            await self._lead_within(leadership.Lease(channel, self.names, lease), connection, lost)
+            # When the lease runs out, the role is `connecting` at once and leading cancelled.
+            await leadership.Lease(channel, self.names, lease).hold(
+                self._lead(connection, lost), on_loss=lambda: self._set_role(Role.CONNECTING)
+            )
         finally:
             # The broker dropped us if the connection closed before we closed it; said only
             # when nothing else ended the session (else that is the cause to report).
@@ -288,34 +286,6 @@ class Controller:
             await _close(connection, timeout=min(5.0, s.amqp.stop_grace / 4))
         if dropped and not self._stopping.is_set():
             raise ConnectionError("connection to the broker lost")
-
-    async def _lead_within(
-        self,
-        lease: leadership.Lease,
-        connection: aio_pika.abc.AbstractConnection,
-        lost: asyncio.Event,
-    ) -> None:
-        """Lead while the lease holds (start-up included): when it runs out, the role is
-        `connecting` at once and leading is cancelled (its own clean-up runs)."""
-        if not lease.seconds:
-            await self._lead(connection, lost)
-            return
-        leading = asyncio.create_task(self._lead(connection, lost), name="leading")
-        keeping = asyncio.create_task(lease.keep(), name="leader's lease")
-        try:
-            await asyncio.wait({leading, keeping}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            keeping.cancel()
-            if not leading.done():
-                self._set_role(Role.CONNECTING)
-                leading.cancel()
-            await asyncio.gather(leading, keeping, return_exceptions=True)
-        if not leading.cancelled():
-            leading.result()  # its own failure, if any
-        elif keeping.done() and not keeping.cancelled():
-            raise LeaseExpired(
-                f"no answer from the broker within the lease ({lease.seconds:.0f} s): stepped down"
-            )
 
     async def _lead(self, connection: aio_pika.abc.AbstractConnection, lost: asyncio.Event) -> None:
         s = self.settings

@@ -5,6 +5,7 @@ the group cap counting every group the pool has (those being started included)."
 from __future__ import annotations
 
 from osrdyne import wire
+from osrdyne.controller._broker_settings import BrokerLimitSettings
 from osrdyne.controller._decisions.admission import (
     Admission,
     GroupCount,
@@ -19,7 +20,6 @@ from osrdyne.controller._decisions.broker_figures import (
 )
 from osrdyne.controller._decisions.gate import Gate
 from osrdyne.controller._effects.tracker import PoolStateTracker
-from osrdyne.controller._settings import BrokerLimitSettings
 from tests.control_loops.conftest import Clock
 
 LIMITS = BrokerLimitSettings(fds_per_queue=2, fd_headroom=100, processes_per_queue=10,

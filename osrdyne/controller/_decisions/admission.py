@@ -28,10 +28,10 @@ from collections.abc import Set as AbstractSet
 from typing import Protocol
 
 from osrdyne import wire
+from osrdyne.controller._broker_settings import BrokerLimitSettings
 from osrdyne.controller._decisions.broker_figures import BrokerFigures
 from osrdyne.controller._decisions.gate import NewKeyCheck, Refusal
 from osrdyne.controller._decisions.status import AdmissionReport, BrokerReport
-from osrdyne.controller._settings import BrokerLimitSettings
 
 
 def _overloaded(reason: str, error: str, **details: object) -> Refusal:

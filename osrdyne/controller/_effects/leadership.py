@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import aio_pika.abc
@@ -82,6 +83,11 @@ _RENEWAL_ERRORS = (
 )
 
 
+class LeaseExpired(ConnectionError):
+    """The leader heard nothing from its node for its lease: it stopped acting, and the
+    session ends (the next one starts at the next address)."""
+
+
 class Lease:
     """The leader's lease: `seconds` (the connection's heartbeat) from the last round trip
     to its node sent and answered. See the module's docstring."""
@@ -92,6 +98,32 @@ class Lease:
         self.channel, self.names, self.seconds = channel, names, seconds
         #: `time.monotonic()` when the last answered round trip was sent.
         self.renewed = time.monotonic()
+
+    async def hold(
+        self, leading: Coroutine[Any, Any, None], *, on_loss: Callable[[], None]
+    ) -> None:
+        """Run `leading` while the lease holds (its start-up included): when the lease runs
+        out, `on_loss()` at once, `leading` is cancelled (its own clean-up runs), then
+        `LeaseExpired`. Without a lease (`seconds` 0), `leading` alone."""
+        if not self.seconds:
+            await leading
+            return
+        task = asyncio.create_task(leading, name="leading")
+        keeping = asyncio.create_task(self.keep(), name="leader's lease")
+        try:
+            await asyncio.wait({task, keeping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            keeping.cancel()
+            if not task.done():
+                on_loss()
+                task.cancel()
+            await asyncio.gather(task, keeping, return_exceptions=True)
+        if not task.cancelled():
+            task.result()  # its own failure, if any
+        elif keeping.done() and not keeping.cancelled():
+            raise LeaseExpired(
+                f"no answer from the broker within the lease ({self.seconds:.0f} s): stepped down"
+            )
 
     async def keep(self) -> None:
         """Renew every quarter of the lease (in the background: a renewal that hangs on a

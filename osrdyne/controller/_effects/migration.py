@@ -13,21 +13,107 @@ which the queue loop adopts under its key (`topology.list_request_queues`) and r
   bound), the requests still waiting in the old queue are republished to the request exchange
   with their key (publisher confirms, then acked: at least once, never lost), and the old
   queue, unbound, unconsumed and found empty, is deleted.
+
+`LegacyQueues` is the queue loop's part of it: which keys have an adopted queue (its name is
+theirs until they are retired) and one step of retiring each, every pass.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Mapping
 
 import aio_pika.abc
 import aio_pika.exceptions
 
+from osrdyne import wire
+from osrdyne.controller._broker_settings import QueueSettings
 from osrdyne.controller._decisions.pool_state import GroupStatus
-from osrdyne.controller._effects import replies
+from osrdyne.controller._effects import replies, topology
+from osrdyne.controller._effects.channels import ChannelPool
+from osrdyne.controller._effects.pacing import AimdLimit
 from osrdyne.ops import logs
 from osrdyne.wire import PoolNames
 
 logger = logging.getLogger(__name__)
+
+
+class LegacyQueues:
+    """The keys whose request queue is an adopted one of osrdyne 0.1, by its name (the raw
+    key), and the retiring of each, one step a pass, at the broker's pace."""
+
+    def __init__(
+        self,
+        *,
+        names: PoolNames,
+        settings: QueueSettings,
+        channels: ChannelPool,
+        pacing: AimdLimit,
+        operation_timeout: float,
+    ) -> None:
+        self._names = names
+        self._settings = settings
+        self._channels = channels
+        self._pacing = pacing
+        self._operation_timeout = operation_timeout
+        self._legacy: dict[str, str] = {}
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._legacy
+
+    def adopt(self, legacy: Mapping[str, str]) -> None:
+        """A listing's adopted queues (key -> name): they replace what was known."""
+        self._legacy = dict(legacy)
+
+    def forget(self, key: str) -> None:
+        """`key`'s queue is gone, or a new one of the current name was made."""
+        self._legacy.pop(key, None)
+
+    def queue_name(self, key: str) -> str:
+        """The name of `key`'s queue: an adopted queue of osrdyne 0.1 keeps its own name (its
+        workers consume it) until its group stops; every new queue gets the current name."""
+        return self._legacy.get(key) or self._names.request_queue(key)
+
+    async def retire(
+        self,
+        expected: Mapping[str, GroupStatus],
+        actual: Mapping[str, GroupStatus],
+        errors: dict[str, str],
+    ) -> None:
+        """One step of retiring each adopted queue whose key is expected and has a queue;
+        what fails is said in `errors` and tried again next pass."""
+        retiring = [key for key in self._legacy if key in expected and key in actual]
+        await asyncio.gather(*(self._retire(key, actual[key], errors) for key in retiring))
+
+    async def _retire(self, key: str, status: GroupStatus, errors: dict[str, str]) -> None:
+        async with self._pacing.slot():
+            try:
+                async with asyncio.timeout(self._operation_timeout):
+                    async with self._channels.channel() as channel:
+                        name = self._names.request_queue(key)
+                        current = await topology.declare_request_queue(
+                            channel, name, names=self._names, settings=self._settings, key=key
+                        )
+                        with wire.any_queue_name():  # 0.1 names may be refused by pamqp
+                            retired = await retire(
+                                channel,
+                                names=self._names,
+                                key=key,
+                                old=self._legacy[key],
+                                status=status,
+                                current=current,
+                            )
+                if retired:
+                    self._legacy.pop(key, None)
+            except (TimeoutError, aio_pika.exceptions.AMQPError, ConnectionError) as exc:
+                errors[key] = f"retiring its queue of osrdyne 0.1: {type(exc).__name__}: {exc}"
+                logger.warning(
+                    "request queue of %r of osrdyne 0.1 not retired yet: %s",
+                    key,
+                    errors[key],
+                    extra=logs.fields(pool=self._names.pool, key=key),
+                )
 
 
 async def retire(

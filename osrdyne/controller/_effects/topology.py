@@ -23,11 +23,12 @@ from typing import Any
 
 import aio_pika
 import aio_pika.abc
+import aio_pika.exceptions
 import aiormq.exceptions
 
+from osrdyne.controller._broker_settings import QueueSettings
 from osrdyne.controller._decisions.pool_state import GroupStatus
 from osrdyne.controller._effects.management import ManagementApi
-from osrdyne.controller._settings import QueueSettings
 from osrdyne.exceptions import BrokerUnsuitable
 from osrdyne.wire import PoolNames
 
@@ -116,6 +117,24 @@ def request_queue_arguments(names: PoolNames, settings: QueueSettings, key: str)
         if settings.leader_locator is not None:
             arguments["x-queue-leader-locator"] = settings.leader_locator
     return arguments
+
+
+async def declare_request_queue(
+    channel: aio_pika.abc.AbstractChannel,
+    name: str,
+    *,
+    names: PoolNames,
+    settings: QueueSettings,
+    key: str,
+) -> aio_pika.abc.AbstractQueue:
+    """Declare `key`'s request queue `name`; one that exists with other arguments (the queue
+    type changed, say) is kept and served as it is."""
+    arguments = request_queue_arguments(names, settings, key)
+    try:
+        return await channel.declare_queue(name, durable=True, arguments=arguments)
+    except aio_pika.exceptions.ChannelPreconditionFailed as exc:
+        logger.warning("request queue %r exists with other arguments: %s", name, exc)
+        return await channel.get_queue(name, ensure=False)
 
 
 def policy_name(names: PoolNames) -> str:
