@@ -7,6 +7,7 @@ in (import-linter keeps them so: pyproject.toml). Each is tested without a broke
     breaker     when a group is failing (workers dying at start), and what ends it
     gate        whether a key may have a group: one decision for every way in
     admission   the gate's checks of a new key (group cap, driver capacity, broker limits)
+    broker_figures  the management API's answers on the broker's limits, as figures
     leaderless  which quorum request queues have had no leader long enough to be made again
     history     each key's recent timeline and dead letters
     status      the status document's model (`/status`) and the group query
