@@ -134,13 +134,12 @@ async def test_sigterm_mid_burst_exits_within_grace_and_loses_nothing(
         waiting = queues.get(names.orphan_queue, 0)
         refused = queues.get(names.poison_queue, 0)  # overloaded, no reply_to: kept as poison
         seen.update(forwarded=forwarded, waiting=waiting, refused=refused)
-        return forwarded + waiting + refused >= len(keys) and (forwarded, waiting)
+        return forwarded + waiting + refused >= len(keys)
 
     try:
-        forwarded, waiting = await eventually(all_counted, timeout=60, interval=2, what="counted")
+        await eventually(all_counted, timeout=60, interval=2, what="counted")
     except AssertionError as exc:
         raise AssertionError(f"{exc}: last count {seen}") from None
-    assert forwarded > 0  # it was mid-burst: some forwarded, the rest wait for the next leader
     # Key by key: each request is in its key's queue or still an orphan (a count alone cannot
     # tell a loss plus a duplicate from neither). A request in both is a duplicate, not a
     # loss: forwarded and confirmed, its orphan's ack not through before the connection
@@ -150,6 +149,10 @@ async def test_sigterm_mid_burst_exits_within_grace_and_loses_nothing(
     # them in both places).
     waiting_keys = await _take_all(names.orphan_queue)
     in_queues = await _keys_with_requests(pool, keys)
+    # It was mid-burst: some forwarded, the rest wait for the next leader. Counted from the
+    # broker itself: the management statistics above (up to 5 s late) once said 0 forwarded
+    # of queues that held their requests.
+    assert in_queues, f"nothing forwarded before the SIGTERM: {seen}"
     lost = set(keys) - in_queues - set(waiting_keys)
     assert len(lost) <= seen["refused"], f"lost: {sorted(lost)[:10]}, {seen}"
     duplicates = in_queues & set(waiting_keys)
