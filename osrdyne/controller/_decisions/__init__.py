@@ -2,6 +2,7 @@
 in (import-linter keeps them so: pyproject.toml). Each is tested without a broker.
 
     pool_state  the expected state of a pool's groups (statuses, generation)
+    lifecycle   each group's life cycle and its deadlines (required, unbound, stopped)
     reconcile   plans: which request queues and worker groups to create, bind, unbind, remove
     scaling     how many workers a group wants, from its load (`Scaler.decide(load, now)`)
     breaker     when a group is failing (workers dying at start), and what ends it

@@ -12,34 +12,25 @@ grows on every change; the control loops subscribe to it through a `Watch`.
 `stop(key)` is an operator's shortcut through the same two stages: the queue is unbound now
 and the group stopped after `drain` seconds, unless a request or its workers' activity makes
 it Active again first, as for any Unbound group. Each change is noted in the key's history
-(`history`) when one is given. Time is a parameter, so the tracker's logic is tested without
-sleeping.
+(`history`) when one is given. The life cycle itself is the pure rule of `lifecycle` (time
+is a parameter: tested without sleeping); the tracker publishes each generation and wakes
+when a deadline falls.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
-import math
 import time
 import types
 from collections.abc import Callable, Iterable
 
 from osrdyne.controller._decisions.history import EventKind, KeyHistory
-from osrdyne.controller._decisions.pool_state import MAX_GENERATION, GroupStatus, PoolState
+from osrdyne.controller._decisions.lifecycle import Lifecycle, Stop
+from osrdyne.controller._decisions.pool_state import MAX_GENERATION, PoolState
 from osrdyne.controller._effects.watch import Watch
 
 logger = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass
-class _Deadlines:
-    status: GroupStatus
-    active_until: float
-    stop_at: float = float("inf")
-    #: When it was unbound (how long it has been, in the log line of its stop).
-    unbound_at: float = float("inf")
 
 
 class PoolStateTracker:
@@ -52,31 +43,35 @@ class PoolStateTracker:
         clock: Callable[[], float] = time.monotonic,
         history: KeyHistory | None = None,
     ) -> None:
-        self.unbind_delay = unbind_delay
-        self.stop_delay = stop_delay
         self._clock = clock
         self._history = history
-        now = clock()
-        self._groups = {key: _Deadlines(GroupStatus.ACTIVE, now + unbind_delay) for key in initial}
-        #: Each group's status, kept with `_groups`: a snapshot is a copy of it (a C-speed
-        #: dict copy: a burst of thousands of new keys publishes thousands of snapshots).
-        self._statuses = {key: g.status for key, g in self._groups.items()}
-        #: No deadline falls before this (it may be earlier than the first one: then `advance`
-        #: scans for nothing). `advance` scans every group only once it has passed, so a burst
-        #: of `require`s, each waking the tracker, does not scan thousands of groups each time.
-        self._next = now + unbind_delay if self._groups else math.inf
-        for key in self._groups:
+        #: Each group's place in its life cycle and its deadlines (the pure rule).
+        self._lifecycle = Lifecycle(
+            unbind_delay=unbind_delay, stop_delay=stop_delay, initial=initial, clock=clock
+        )
+        for key in self._lifecycle.statuses:
             self._note(key, EventKind.ADOPTED, "request queue found at the start of the session")
         self._generation = 1
-        #: Groups that left the expected state so far (caches of what depends on the
-        #: expected keys know nothing was removed while this stays the same).
-        self.removals = 0
         self.state: Watch[PoolState] = Watch(self._snapshot())
         self._wake = asyncio.Event()
 
     @property
     def generation(self) -> int:
         return self._generation
+
+    @property
+    def unbind_delay(self) -> float:
+        return self._lifecycle.unbind_delay
+
+    @property
+    def stop_delay(self) -> float:
+        return self._lifecycle.stop_delay
+
+    @property
+    def removals(self) -> int:
+        """Groups that left the expected state so far (caches of what depends on the
+        expected keys know nothing was removed while this stays the same)."""
+        return self._lifecycle.removals
 
     def require(self, key: str, *, extra_lifetime: float = 0.0, cause: str = "a request") -> int:
         """Make the group of `key` Active for at least `unbind_delay + extra_lifetime` from now.
@@ -85,20 +80,15 @@ class PoolStateTracker:
         has reached it, the key's queue exists and is bound. `cause` says why, in the key's
         history.
         """
-        until = self._clock() + self.unbind_delay + extra_lifetime
-        group = self._groups.get(key)
-        if group is not None and group.status is GroupStatus.ACTIVE:
-            group.active_until = max(group.active_until, until)
+        kind = self._lifecycle.require(key, extra_lifetime=extra_lifetime)
+        if kind is None:
             return self._generation
-        if group is None:
+        if kind is EventKind.REQUIRED:
             logger.info("worker group %r required", key)
-            self._note(key, EventKind.REQUIRED, f"new group, for {cause}")
+            self._note(key, kind, f"new group, for {cause}")
         else:
             logger.info("worker group %r active again", key)
-            self._note(key, EventKind.ACTIVE_AGAIN, f"bound again, for {cause}")
-        self._groups[key] = _Deadlines(GroupStatus.ACTIVE, until)
-        self._statuses[key] = GroupStatus.ACTIVE
-        self._next = min(self._next, until)
+            self._note(key, kind, f"bound again, for {cause}")
         self._publish()
         self._wake.set()
         return self._generation
@@ -108,58 +98,31 @@ class PoolStateTracker:
         `stop_delay`): the two stages of an idle group's stop, without waiting for it to be
         idle. A request or activity before then makes it Active again, as for any Unbound
         group. Returns the generation from which it is Unbound; None when it has no group."""
-        group = self._groups.get(key)
-        if group is None:
+        stop, drain = self._lifecycle.stop(key, drain=drain)
+        if stop is Stop.NO_GROUP:
             return None
-        drain = min(max(0.0, drain), self.stop_delay)
-        stop_at = self._clock() + drain
-        self._next = min(self._next, stop_at)
-        if group.status is GroupStatus.UNBOUND:
-            if stop_at < group.stop_at:
-                group.stop_at = stop_at
-                self._wake.set()
-            return self._generation
-        group.status, group.stop_at, group.unbound_at = (
-            GroupStatus.UNBOUND,
-            stop_at,
-            stop_at - drain,
-        )
-        self._statuses[key] = GroupStatus.UNBOUND
-        logger.info("worker group %r stopped by an operator: unbind", key)
-        self._note(key, EventKind.UNBOUND, f"stopped by an operator: stops in {drain:.0f}s")
-        self._publish()
-        self._wake.set()
+        if stop is Stop.SOONER:
+            self._wake.set()
+        elif stop is Stop.UNBOUND:
+            logger.info("worker group %r stopped by an operator: unbind", key)
+            self._note(key, EventKind.UNBOUND, f"stopped by an operator: stops in {drain:.0f}s")
+            self._publish()
+            self._wake.set()
         return self._generation
 
     def advance(self) -> float | None:
         """Apply the deadlines that passed; return when the next one falls (None: none)."""
-        now = self._clock()
-        if now < self._next:
-            return None if math.isinf(self._next) else self._next
-        changed = False
-        for key, group in list(self._groups.items()):
-            if group.status is GroupStatus.ACTIVE and group.active_until <= now:
-                group.status, group.stop_at = GroupStatus.UNBOUND, now + self.stop_delay
-                self._statuses[key] = GroupStatus.UNBOUND
-                group.unbound_at = now
-                logger.info("worker group %r idle for %.0fs: unbind", key, self.unbind_delay)
-                self._note(key, EventKind.UNBOUND, f"idle for {self.unbind_delay:.0f}s")
-                changed = True
-            if group.status is GroupStatus.UNBOUND and group.stop_at <= now:
-                del self._groups[key]
-                del self._statuses[key]
-                self.removals += 1
-                logger.info("worker group %r unbound for %.0fs: stop", key, now - group.unbound_at)
-                self._note(key, EventKind.STOPPED, "unbound long enough: workers stopped")
-                changed = True
-        if changed:
+        moved, upcoming = self._lifecycle.advance()
+        for step in moved:
+            if step.kind is EventKind.UNBOUND:
+                logger.info("worker group %r idle for %.0fs: unbind", step.key, step.seconds)
+                self._note(step.key, step.kind, f"idle for {step.seconds:.0f}s")
+            else:
+                logger.info("worker group %r unbound for %.0fs: stop", step.key, step.seconds)
+                self._note(step.key, step.kind, "unbound long enough: workers stopped")
+        if moved:
             self._publish()
-        upcoming = [
-            g.active_until if g.status is GroupStatus.ACTIVE else g.stop_at
-            for g in self._groups.values()
-        ]
-        self._next = min(upcoming) if upcoming else math.inf
-        return min(upcoming) if upcoming else None
+        return upcoming
 
     async def run(self) -> None:
         """Move groups along their life cycle as their deadlines pass."""
@@ -184,4 +147,4 @@ class PoolStateTracker:
         self.state.set(self._snapshot())
 
     def _snapshot(self) -> PoolState:
-        return PoolState(self._generation, types.MappingProxyType(self._statuses.copy()))
+        return PoolState(self._generation, types.MappingProxyType(self._lifecycle.statuses.copy()))
