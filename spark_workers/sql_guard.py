@@ -33,6 +33,7 @@ further, independent fence.
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from spark_workers import plan_tree, sql_bounds, text_date_guard
@@ -104,12 +105,12 @@ def checked_sql(
         )
     if "${" in sql:
         raise QueryRefused("'${' is not allowed in SQL text (no variable substitution)")
-    jsession = spark._jsparkSession
+    jvm = _handles(spark)
     # The parser reads the conf of the thread's active session: a JVM thread that never had
     # one falls back to defaults, where `${env:X}` is substituted (see `session`).
-    activate(spark)
+    jvm.set_active(jvm.session)
     try:
-        plan = _parse(spark, sql, params)
+        plan = _parse(jvm, sql, params)
         parsed = plan_tree.loads(plan.toJSON())
     except spark_errors as exc:
         raise HandlerError(f"invalid SQL: {_message(exc)}", details={"reason": "syntax"}) from exc
@@ -118,8 +119,7 @@ def checked_sql(
     except RecursionError:
         raise QueryRefused("the query is nested too deeply") from None
     try:
-        state = jsession.sessionState()
-        analyzed = state.executePlan(plan, getattr(state, "executePlan$default$2")()).analyzed()
+        analyzed = jvm.state.executePlan(plan, jvm.execution_mode).analyzed()
         tree = plan_tree.loads(analyzed.toJSON())
     except spark_errors as exc:
         raise HandlerError(
@@ -129,8 +129,7 @@ def checked_sql(
         check_analyzed(tree, view=view, limits=limits, hints=lambda name: _hint(spark, view, name))
     except RecursionError:
         raise QueryRefused("the query is nested too deeply") from None
-    dataset = spark._jvm.org.apache.spark.sql.classic.Dataset  # type: ignore[union-attr]
-    return DataFrame(dataset.ofRows(jsession, analyzed), spark)
+    return DataFrame(jvm.of_rows(jvm.session, analyzed), spark)
 
 
 def _hint(spark: SparkSession, view: str, column: str) -> str | None:
@@ -144,10 +143,52 @@ def _hint(spark: SparkSession, view: str, column: str) -> str | None:
     return text_date_guard.hint_of(field.metadata) if field is not None else None
 
 
-def activate(spark: SparkSession) -> None:
-    """Make `spark` the active session of the calling thread's JVM thread."""
-    jvm: Any = spark._jvm
-    jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+@dataclasses.dataclass(frozen=True)
+class _Handles:
+    """The JVM objects and static methods the guard calls, looked up once per session.
+
+    Through py4j, every step of a dotted name (`jvm.org.apache.spark...`) and every static
+    member of a class is a round trip to the JVM: looked up on each query, they cost it more
+    than Spark's own parse (about 20 ms of a varied query, bench/query_bench.py). Objects
+    here are the session's own (its state, parser and default execution mode are fixed for
+    its life) or the JVM's classes.
+    """
+
+    session: Any
+    set_active: Any
+    state: Any
+    parser: Any
+    execution_mode: Any
+    of_rows: Any
+    literal: Any
+    types: dict[str, Any]
+    parameters: Any
+    scala_map: Any
+
+
+_HANDLES: weakref.WeakKeyDictionary[SparkSession, _Handles] = weakref.WeakKeyDictionary()
+
+
+def _handles(spark: SparkSession) -> _Handles:
+    handles = _HANDLES.get(spark)
+    if handles is None:
+        jvm: Any = spark._jvm
+        session = spark._jsparkSession
+        state = session.sessionState()
+        sql = jvm.org.apache.spark.sql
+        handles = _HANDLES[spark] = _Handles(
+            session=session,
+            set_active=sql.SparkSession.setActiveSession,
+            state=state,
+            parser=state.sqlParser(),
+            execution_mode=getattr(state, "executePlan$default$2")(),
+            of_rows=sql.classic.Dataset.ofRows,
+            literal=sql.catalyst.expressions.Literal.create,
+            types={name: getattr(sql.types.DataTypes, name) for name in _TYPE_NAMES},
+            parameters=sql.catalyst.parser.NamedParameterContext.apply,
+            scala_map=jvm.PythonUtils.toScalaMap,
+        )
+    return handles
 
 
 def check_parsed(trees: list[Tree], *, limits: Limits | None = None) -> None:
@@ -318,32 +359,29 @@ class _Analyzed(_Checker):
 # -- helpers --------------------------------------------------------------------------------
 
 
-def _parse(spark: SparkSession, sql: str, params: dict[str, Any] | None) -> Any:
-    parser = spark._jsparkSession.sessionState().sqlParser()
+def _parse(jvm: _Handles, sql: str, params: dict[str, Any] | None) -> Any:
     if params is None:
-        return parser.parsePlan(sql)
-    jvm: Any = spark._jvm
-    literal = jvm.org.apache.spark.sql.catalyst.expressions.Literal
-    types = jvm.org.apache.spark.sql.types.DataTypes
-    values = {name: literal.create(value, _type(types, value)) for name, value in params.items()}
-    context = jvm.org.apache.spark.sql.catalyst.parser.NamedParameterContext.apply(
-        jvm.PythonUtils.toScalaMap(values)
-    )
-    return parser.parsePlanWithParameters(sql, context)
+        return jvm.parser.parsePlan(sql)
+    values = {name: jvm.literal(value, _type(jvm.types, value)) for name, value in params.items()}
+    return jvm.parser.parsePlanWithParameters(sql, jvm.parameters(jvm.scala_map(values)))
 
 
-def _type(types: Any, value: Any) -> Any:
+#: The Spark types a JSON scalar can be given (`_type`).
+_TYPE_NAMES = ("NullType", "BooleanType", "IntegerType", "LongType", "DoubleType", "StringType")
+
+
+def _type(types: dict[str, Any], value: Any) -> Any:
     """The Spark type of a JSON scalar, as `pyspark.sql.functions.lit` would pick it."""
     if value is None:
-        return types.NullType
+        return types["NullType"]
     if isinstance(value, bool):
-        return types.BooleanType
+        return types["BooleanType"]
     if isinstance(value, int):
-        return types.IntegerType if -(2**31) <= value < 2**31 else types.LongType
+        return types["IntegerType"] if -(2**31) <= value < 2**31 else types["LongType"]
     if isinstance(value, float):
-        return types.DoubleType
+        return types["DoubleType"]
     if isinstance(value, str):
-        return types.StringType
+        return types["StringType"]
     raise HandlerError(f"unsupported value {value!r}", details={"reason": "invalid_query"})
 
 
