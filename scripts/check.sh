@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The checks that keep the house: lint (ruff check), formatting (ruff format), types (mypy
-# strict, on the packages) and layers (import-linter's contracts, in pyproject.toml), on the
-# virtualenv scripts/setup.sh made. CI runs it before the tests, so a change that breaks any
+# strict, on the packages), layers (import-linter's contracts, in pyproject.toml) and sizes
+# (scripts/size_bounds.py: modules up to 500 lines, classes up to 300), on the virtualenv
+# scripts/setup.sh made. CI runs it before the tests, so a change that breaks any
 # of them does not land. Quiet when all is well.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,4 +14,5 @@ if ! layers=$(.venv/bin/lint-imports --no-cache 2>&1); then
     echo "$layers" >&2
     exit 1
 fi
-echo "check: ruff, mypy and the import contracts are clean" >&2
+.venv/bin/python scripts/size_bounds.py
+echo "check: ruff, mypy, the import contracts and the size bounds are clean" >&2

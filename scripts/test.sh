@@ -167,7 +167,8 @@ if [[ -n $kubernetes_build ]]; then
   (( kubernetes_was_up )) || scripts/ensure_kubernetes.sh --stop || status=$?
 fi
 scripts/leftovers.sh end || status=$?
-if failures=$(grep -E '^(FAILED|ERROR) ' "$phases_log"); then
+# pytest's short summary (`-rfE`, pyproject.toml) names each failure on a line of its own.
+if failures=$(grep -E '^(FAILED|ERROR) tests/' "$phases_log"); then
   echo "test.sh: what failed, in every phase:" >&2
   echo "$failures" >&2
 fi
