@@ -56,7 +56,7 @@ class NotLeader(OsrdyneError, RuntimeError):
         self.role = role
 
 
-class ComponentDied(RuntimeError):
+class ComponentDied(OsrdyneError, RuntimeError):
     """A background component of the session ended: the session restarts from scratch."""
 
 

@@ -43,6 +43,7 @@ import aiormq.exceptions
 from osrdyne import wire
 from osrdyne.controller._decisions.status import Leader
 from osrdyne.controller._effects.management import ManagementApi
+from osrdyne.exceptions import OsrdyneError
 from osrdyne.wire import PoolNames
 
 logger = logging.getLogger(__name__)
@@ -83,7 +84,7 @@ _RENEWAL_ERRORS = (
 )
 
 
-class LeaseExpired(ConnectionError):
+class LeaseExpired(OsrdyneError, ConnectionError):
     """The leader heard nothing from its node for its lease: it stopped acting, and the
     session ends (the next one starts at the next address)."""
 

@@ -31,6 +31,7 @@ from osrdyne.controller._effects.management import ManagementApi
 from osrdyne.controller._effects.migration import LegacyQueues
 from osrdyne.controller._effects.pacing import AimdLimit
 from osrdyne.controller._effects.tracker import PoolStateTracker
+from osrdyne.exceptions import OsrdyneError
 from osrdyne.ops import logs
 from osrdyne.ops.metrics import ControllerMetrics
 from osrdyne.wire import PoolNames
@@ -41,15 +42,15 @@ logger = logging.getLogger(__name__)
 OWN_CHANGES_FOR = 60.0
 
 
-class QueueBusy(Exception):
+class QueueBusy(OsrdyneError):
     """A queue to delete still has consumers: try again later."""
 
 
-class QueueNotEmpty(Exception):
+class QueueNotEmpty(OsrdyneError):
     """A queue to delete still holds requests: its group must serve them first."""
 
 
-class QueueUnavailable(Exception):
+class QueueUnavailable(OsrdyneError):
     """The broker cannot say what a queue to delete holds (a quorum queue with no online
     member): kept, and its group required again, until it can be counted."""
 
