@@ -62,6 +62,7 @@ import logging
 import math
 import os
 import resource
+import signal
 import statistics
 import sys
 import time
@@ -864,7 +865,10 @@ async def main() -> None:
 
 async def sizes(args: argparse.Namespace, results: dict[str, Any]) -> None:
     set_open_files(65536)
-    node = Node(await asyncio.to_thread(RabbitNode.start_new))
+    # Started in this thread, nothing else running yet: a SIGTERM or Ctrl-C during the start
+    # stops the node being started (`start_new`), where a start in a worker thread outlived
+    # the bench.
+    node = Node(RabbitNode.start_new())
     try:
         for queue_type in args.types:
             rows = []
@@ -893,5 +897,8 @@ async def sizes(args: argparse.Namespace, results: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
+    # SIGTERM as Ctrl-C: the private node is stopped on the way out (a bench ended by SIGTERM
+    # left its RabbitMQ VM running).
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(main())
