@@ -85,12 +85,16 @@ async def test_random_faults_for_a_long_time(
 async def inflict(
     kind: str, node: int, client_port: int, cluster: Cluster, network: Network, rng: random.Random
 ) -> None:
-    """One fault of `KINDS` on `node`, undone 5-15 s later (a pause: 15 s)."""
+    """One fault of `KINDS` on `node`, undone 5-15 s later (a pause: 15 s).
+
+    Every step that runs a program (iptables, which waits up to 5 s for its lock; the cluster
+    script) runs in a thread: the client and the controller share this event loop, and a
+    loop held there made a call end 22.6 s past its deadline by the loop's own clock."""
     lasts = rng.uniform(5, 15)
     if kind == "pause":
-        cluster.pause(node)
+        await asyncio.to_thread(cluster.pause, node)
         await asyncio.sleep(15)
-        cluster.resume(node)
+        await asyncio.to_thread(cluster.resume, node)
         await asyncio.to_thread(cluster.restore)  # restarts a resumed node
         return
     if kind.startswith("kill"):
@@ -99,18 +103,19 @@ async def inflict(
         await asyncio.to_thread(cluster.start, node)
         return
     if kind == "cut a node from the others":
-        network.isolate(node)
+        await asyncio.to_thread(network.isolate, node)
     elif kind == "silence the client's link":
-        network.cut_connection(node, client_port)
-        network.refuse_new_connections(node)
+        await asyncio.to_thread(network.cut_connection, node, client_port)
+        await asyncio.to_thread(network.refuse_new_connections, node)
     elif kind == "one-way cut":
-        network.cut(node, rng.choice([n for n in (1, 2, 3) if n != node]), one_way=True)
+        other = rng.choice([n for n in (1, 2, 3) if n != node])
+        await asyncio.to_thread(network.cut, node, other, one_way=True)
     else:
-        network.lose_packets(node, client_port, 0.10)
+        await asyncio.to_thread(network.lose_packets, node, client_port, 0.10)
     try:
         await asyncio.sleep(lasts)
     finally:
-        network.heal()
+        await asyncio.to_thread(network.heal)
     await asyncio.to_thread(cluster.restore)  # a node whose recovery failed is restarted
 
 
