@@ -316,11 +316,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 spark, view = direct_session(root, args, app)
                 clock = Clock()
                 instrument(clock, app)
-                results = app.results
-                app.results = None  # phases 1 and 2: every answer computed
+                results = app.dataset.results
+                app.dataset.results = None  # phases 1 and 2: every answer computed
                 out["varied"] = await varied(served, spark, view, clock, args)
                 out["shapes"] = await shapes(served, spark, view, args)
-                app.results = results
+                app.dataset.results = results
                 out["repeated"] = await repeated(served, args)
                 out["load_end"] = os.getloadavg()[0]
             finally:
