@@ -240,7 +240,9 @@ class RabbitNode:
     # -- helpers --------------------------------------------------------------------------
 
     def ctl(self, *args: str, timeout: float = 60.0) -> str:
-        """Run `rabbitmqctl -n <node> args...` against this node; its output."""
+        """Run `rabbitmqctl -n <node> args...` against this node; its output. The bound is
+        the CLI's own start (an Erlang VM, in the 4.0 root a chroot too): at load 30 a 4.0
+        `eval` took over 20 s (2026-12-02), the call it makes a few milliseconds."""
         try:
             done = subprocess.run(
                 self._command("rabbitmqctl", "-n", self.nodename, *args),
@@ -260,9 +262,7 @@ class RabbitNode:
 
     def quorum_status(self, queue: str) -> str:
         """`rabbit_quorum_queue:status`: each member's Raft state, log and commit index."""
-        return self.ctl(
-            "eval", f'rabbit_quorum_queue:status(<<"/">>, <<"{queue}">>).', timeout=20
-        ).strip()
+        return self.ctl("eval", f'rabbit_quorum_queue:status(<<"/">>, <<"{queue}">>).').strip()
 
     def queue_member(self, queue: str, action: str) -> str:
         """`ra:<action>` (`stop_server`, `restart_server`) on quorum queue `queue`'s Raft
@@ -276,7 +276,6 @@ class RabbitNode:
             "eval",
             f'{{ok, Q}} = rabbit_amqqueue:lookup(rabbit_misc:r(<<"/">>, queue, <<"{queue}">>)), '
             f"{{Name, _}} = amqqueue:get_pid(Q), {call}.",
-            timeout=20,
         ).strip()
 
     def log_tail(self, lines: int = 40) -> str:
