@@ -10,11 +10,10 @@
 # Other arguments go to pytest (scripts/test.sh tests/dispatch -x -k orphan, --soak, --chaos,
 # -n 2 to choose the number of parallel workers, -m spark to pick a tier of your own).
 # The broker-facing tests (tests/components.py: BOTH_BROKERS) run on RabbitMQ 3.10, then again
-# on 4.0 (scripts/ensure_broker.sh --version 4: OSRDYNE_RABBITMQ_VERSION=4), but for those
-# that take broker nodes down; OSRDYNE_TEST_RABBITMQ4=all runs those on 4.0 too (its private
-# node and clusters, beside the 3.10 ones: docs/reliability.md records these runs), =0 leaves
-# the 4.0 pass out. Whatever RabbitMQ node the run starts and leaves running fails it
-# (scripts/leftovers.sh).
+# on 4.0 (scripts/ensure_broker.sh --version 4: OSRDYNE_RABBITMQ_VERSION=4), those that take
+# broker nodes down included (on 4.0's own private nodes and Khepri clusters);
+# OSRDYNE_TEST_RABBITMQ4=1 leaves those out of the 4.0 pass, =0 leaves the 4.0 pass out.
+# Whatever RabbitMQ node the run starts and leaves running fails it (scripts/leftovers.sh).
 # The set-up (installs, the systemd container's root, the Docker engine and the compose
 # test's base images) is done before the tests and timed apart; each is a no-op once done.
 set -euo pipefail
@@ -111,7 +110,7 @@ status=0
 # What the run starts from here on carries its mark; what it leaves running fails it.
 export OSRDYNE_TEST_RUN=${OSRDYNE_TEST_RUN:-$$-$(date +%s)}
 scripts/leftovers.sh begin
-rabbitmq4=${OSRDYNE_TEST_RABBITMQ4:-1}
+rabbitmq4=${OSRDYNE_TEST_RABBITMQ4:-all}
 rabbitmq4_node_faults=0
 [[ $rabbitmq4 == all ]] && rabbitmq4=1 rabbitmq4_node_faults=1
 [[ $rabbitmq4 == [01] ]] || { echo "test.sh: OSRDYNE_TEST_RABBITMQ4 is 0, 1 or all" >&2; exit 2; }
@@ -132,21 +131,30 @@ rabbitmq4_phase() { (export "${rabbitmq4_env[@]}"; phase "$@"); }
 phase -m "not ($faults) and not kubernetes" -n "${OSRDYNE_TEST_WORKERS:-4}" --dist loadgroup \
   "${args[@]}" || status=$?
 echo "test.sh: now the tests that take broker nodes down ($faults)" >&2
-# On 4.0 at the same time (its own private node and clusters: tests/cluster/conftest.py):
-# the node-fault tests mostly wait for a node or a link to be found lost. Its output follows
-# the 3.10 phase's.
-rabbitmq4_faults=
-if (( rabbitmq4 && rabbitmq4_node_faults )); then
-  mkdir -p .test-logs
-  rabbitmq4_phase -m "rabbitmq4 and ($faults)" -n 3 --dist loadgroup "${args[@]}" \
-    >.test-logs/rabbitmq4-node-faults.log 2>&1 &
-  rabbitmq4_faults=$!
-fi
 phase -m "($faults) and not kubernetes" -n 3 --dist loadgroup "${args[@]}" || status=$?
-if [[ -n $rabbitmq4_faults ]]; then
+if (( rabbitmq4 && rabbitmq4_node_faults )); then
+  # On 4.0 after 3.10, not beside it: at load 30 (both at once, with a soak run beside them)
+  # two Khepri clusters took longer to start than a test's 300 s, and every cluster test of
+  # that pass failed its set-up (2026-12-02). Their clusters are started here, outside any
+  # test's time, both at once (their own names, ports and addresses), and stopped after.
   echo "test.sh: the tests that take broker nodes down, on RabbitMQ 4.0" >&2
-  wait "$rabbitmq4_faults" || status=$?
-  cat .test-logs/rabbitmq4-node-faults.log
+  rabbitmq4_clusters=() starting=()
+  for n in 1 2; do  # node 1 of each: osrdyne-c7, osrdyne-c10
+    [[ -n $(bash -c 'source scripts/_rabbitmq_nodes.sh; vm_pids "$1"' _ \
+      "osrdyne-c$((3 * n + 4))@localhost") ]] && continue  # up before this run: left up
+    rabbitmq4_clusters+=("$n")
+    OSRDYNE_CLUSTER=$n scripts/ensure_cluster.sh --version 4 >/dev/null \
+      2>".test-logs/rabbitmq4-cluster-$n.log" &
+    starting+=($!)
+  done
+  for pid in "${starting[@]}"; do
+    wait "$pid" || echo "test.sh: a RabbitMQ 4.0 cluster did not start" \
+      "(.test-logs/rabbitmq4-cluster-*.log): its tests say so" >&2
+  done
+  rabbitmq4_phase -m "rabbitmq4 and ($faults)" -n 3 --dist loadgroup "${args[@]}" || status=$?
+  for n in "${rabbitmq4_clusters[@]}"; do
+    OSRDYNE_CLUSTER=$n scripts/ensure_cluster.sh --version 4 --stop >/dev/null || status=$?
+  done
 fi
 if (( rabbitmq4 )); then
   echo "test.sh: now the other broker-facing tests on RabbitMQ 4.0" >&2
