@@ -165,6 +165,7 @@ class Embedded:
             # SQLConf (it stays: Spark's actions restore the session they found).
             gateway: Any = spark._jvm
             gateway.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+            jvm.no_delay(spark)  # this thread's py4j connection is new (`jvm.no_delay`)
             thread.active = True
         spark.sparkContext.setJobGroup(group, description, interruptOnCancel=True)
         return fn()

@@ -18,6 +18,12 @@ Python process's environment is restored once the JVM runs.
 (exit code 3) instead of leaving threads dead inside a live process. `Watch` waits for the
 JVM process to exit and tells its subscribers; `is_connection_error` recognises what py4j
 raises once it is gone (`ConnectionRefusedError` for the call in flight and every later one).
+
+`no_delay` turns Nagle's algorithm off on the JVM's end of py4j's connections: py4j 0.10.9.9
+(Spark 4.3's) writes an answer of over 8 KB in two parts, and the second waited for the
+Python side's delayed ACK, 40 ms on Linux (py4j#516; fixed upstream by py4j#592, in no
+release yet). The analysed plan of a grouped, sorted client query is such an answer: the SQL
+guard took 60 ms for it instead of 11 (bench/query_bench.py, 2026-12-02).
 """
 
 from __future__ import annotations
@@ -142,6 +148,28 @@ def is_stream_error(exc: BaseException) -> bool:
             return True
         current = current.__cause__ or current.__context__
     return False
+
+
+def no_delay(spark: SparkSession) -> int:
+    """Set TCP_NODELAY on the JVM's end of every py4j connection open now (one per Python
+    thread that has called the JVM; see the module docstring), and say how many were set.
+
+    Called when the session starts and when a thread first runs Spark work for a request
+    (`backend.Embedded.in_group`). py4j keeps its connections in a private field of its
+    server: read by reflection; a py4j that holds them otherwise is logged and left alone."""
+    gateway: Any = spark.sparkContext._gateway
+    try:
+        field = gateway.jvm.py4j.GatewayServer._java_lang_class.getDeclaredField("connections")
+        field.setAccessible(True)
+        connections = field.get(gateway.java_gateway_server).toArray()
+        for connection in connections:
+            connection.getSocket().setTcpNoDelay(True)
+    except Exception as exc:
+        if is_connection_error(exc):
+            raise
+        logger.warning("py4j's connections left with Nagle's algorithm on: %s", exc)
+        return 0
+    return len(connections)
 
 
 Subscriber = Callable[[JvmLost], Any]

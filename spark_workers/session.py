@@ -87,6 +87,7 @@ def build_session(settings: settings_mod.SparkWorkerSettings) -> SparkSession:
     for name, value in SAFETY_CONF.items():  # a session joined in-process keeps its own conf
         spark.conf.set(name, value)
     spark.sparkContext.setLogLevel(settings.log_level)
+    jvm.no_delay(spark)
     quiet_query_errors()
     logger.info(
         "SparkSession %s ready (master %s); JVM launched without %d credential-bearing variable(s)",
