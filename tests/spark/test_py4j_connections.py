@@ -22,36 +22,36 @@ def _sockets(spark: Any) -> list[Any]:
     return [c.getSocket() for c in field.get(gateway.java_gateway_server).toArray()]
 
 
+def _own_socket(spark: Any) -> Any:
+    """The JVM's end of this thread's py4j connection (by the port the JVM sees)."""
+    python_end = spark.sparkContext._gateway._gateway_client.get_thread_connection().socket
+    ours = [s for s in _sockets(spark) if s.getPort() == python_end.getsockname()[1]]
+    assert len(ours) == 1
+    return ours[0]
+
+
 def test_every_connection_open_gets_no_delay(spark: Any) -> None:
-    set_now = jvm.no_delay(spark)
-    sockets = _sockets(spark)
-    assert set_now == len(sockets) >= 1
-    assert all(s.getTcpNoDelay() for s in sockets)
+    spark.range(1).count()  # this thread's connection exists
+    assert jvm.no_delay(spark) >= 1
+    assert _own_socket(spark).getTcpNoDelay()
 
 
 def test_a_thread_running_a_request_has_its_connection_set(spark: Any) -> None:
     """A new thread gets a new py4j connection: its first request's work sets it."""
-    client = spark.sparkContext._gateway._gateway_client
-
-    def work() -> tuple[int, int]:
-        count = spark.range(3).count()
-        # This thread's connection, by its port as the JVM sees it.
-        return count, client.get_thread_connection().socket.getsockname()[1]
 
     seen: dict[str, Any] = {}
 
+    def work() -> None:
+        seen["count"] = spark.range(3).count()
+        seen["no delay"] = _own_socket(spark).getTcpNoDelay()
+
     def request() -> None:
-        seen["count"], seen["port"] = cancellation.run_in_job_group(
-            spark, work, timeout=120, description="no-delay test"
-        )
+        cancellation.run_in_job_group(spark, work, timeout=120, description="no-delay test")
 
     thread = threading.Thread(target=request, name="no-delay test")
     thread.start()
     thread.join(180)
-    assert seen["count"] == 3
-    ours = [s for s in _sockets(spark) if s.getPort() == seen["port"]]
-    assert len(ours) == 1
-    assert ours[0].getTcpNoDelay()
+    assert seen == {"count": 3, "no delay": True}
 
 
 def test_an_answer_over_8_kb_comes_back_whole(spark: Any) -> None:
