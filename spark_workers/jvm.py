@@ -162,14 +162,20 @@ def no_delay(spark: SparkSession) -> int:
         field = gateway.jvm.py4j.GatewayServer._java_lang_class.getDeclaredField("connections")
         field.setAccessible(True)
         connections = field.get(gateway.java_gateway_server).toArray()
-        for connection in connections:
-            connection.getSocket().setTcpNoDelay(True)
     except Exception as exc:
         if is_connection_error(exc):
             raise
         logger.warning("py4j's connections left with Nagle's algorithm on: %s", exc)
         return 0
-    return len(connections)
+    done = 0
+    for connection in connections:
+        try:
+            connection.getSocket().setTcpNoDelay(True)
+            done += 1
+        except Exception as exc:  # a connection closing meanwhile (its thread ended)
+            if is_connection_error(exc):
+                raise
+    return done
 
 
 Subscriber = Callable[[JvmLost], Any]
