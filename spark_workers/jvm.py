@@ -156,26 +156,32 @@ def no_delay(spark: SparkSession) -> int:
 
     Called when the session starts and when a thread first runs Spark work for a request
     (`backend.Embedded.in_group`). py4j keeps its connections in a private field of its
-    server: read by reflection; a py4j that holds them otherwise is logged and left alone."""
-    gateway: Any = spark.sparkContext._gateway
+    server (`py4j_sockets`); a py4j that holds them otherwise is logged and left alone."""
     try:
-        field = gateway.jvm.py4j.GatewayServer._java_lang_class.getDeclaredField("connections")
-        field.setAccessible(True)
-        connections = field.get(gateway.java_gateway_server).toArray()
+        sockets = py4j_sockets(spark)
     except Exception as exc:
         if is_connection_error(exc):
             raise
         logger.warning("py4j's connections left with Nagle's algorithm on: %s", exc)
         return 0
     done = 0
-    for connection in connections:
+    for socket in sockets:
         try:
-            connection.getSocket().setTcpNoDelay(True)
+            socket.setTcpNoDelay(True)
             done += 1
         except Exception as exc:  # a connection closing meanwhile (its thread ended)
             if is_connection_error(exc):
                 raise
     return done
+
+
+def py4j_sockets(spark: SparkSession) -> list[Any]:
+    """The JVM's end (`java.net.Socket`) of every py4j connection open now: py4j keeps its
+    connections in a private field of its server, read by reflection."""
+    gateway: Any = spark.sparkContext._gateway
+    field = gateway.jvm.py4j.GatewayServer._java_lang_class.getDeclaredField("connections")
+    field.setAccessible(True)
+    return [c.getSocket() for c in field.get(gateway.java_gateway_server).toArray()]
 
 
 Subscriber = Callable[[JvmLost], Any]

@@ -15,17 +15,10 @@ from typing import Any
 from spark_workers import cancellation, jvm
 
 
-def _sockets(spark: Any) -> list[Any]:
-    gateway = spark.sparkContext._gateway
-    field = gateway.jvm.py4j.GatewayServer._java_lang_class.getDeclaredField("connections")
-    field.setAccessible(True)
-    return [c.getSocket() for c in field.get(gateway.java_gateway_server).toArray()]
-
-
 def _own_socket(spark: Any) -> Any:
     """The JVM's end of this thread's py4j connection (by the port the JVM sees)."""
     python_end = spark.sparkContext._gateway._gateway_client.get_thread_connection().socket
-    ours = [s for s in _sockets(spark) if s.getPort() == python_end.getsockname()[1]]
+    ours = [s for s in jvm.py4j_sockets(spark) if s.getPort() == python_end.getsockname()[1]]
     assert len(ours) == 1
     return ours[0]
 
